@@ -1,0 +1,86 @@
+package middleware
+
+import (
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/policies"
+)
+
+// Option configures [PoliciesWith]. A nil Option is a no-op.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	tp          trace.TracerProvider
+	mp          metric.MeterProvider
+	classifier  *policies.Classifier
+	clock       clock.Clock
+	spanName    string
+	attrs       []attribute.KeyValue
+	kind        trace.SpanKind
+	policySpans bool
+}
+
+func newConfig(opts []Option) config {
+	c := config{kind: trace.SpanKindInternal}
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&c)
+		}
+	}
+	return c
+}
+
+// WithTracerProvider sets the tracer provider; without it the global one is
+// used, as it is at call time.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) { c.tp = tp })
+}
+
+// WithMeterProvider sets the meter provider; without it the global one is used.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) { c.mp = mp })
+}
+
+// WithClassifier sets the classifier for policies that have none of their own.
+func WithClassifier(cl *policies.Classifier) Option {
+	return optionFunc(func(c *config) { c.classifier = cl })
+}
+
+// WithClock sets the clock for policies that have none of their own: backoff
+// sleeps, per-attempt timeouts.
+func WithClock(clk clock.Clock) Option {
+	return optionFunc(func(c *config) { c.clock = clk })
+}
+
+// WithSpanName names the layer span; the default is the layer's name. Tool
+// layers use "execute_tool {name}", model layers "chat {model}".
+func WithSpanName(name string) Option {
+	return optionFunc(func(c *config) { c.spanName = name })
+}
+
+// WithAttributes adds attributes to every layer span.
+func WithAttributes(kv ...attribute.KeyValue) Option {
+	return optionFunc(func(c *config) { c.attrs = append(c.attrs, kv...) })
+}
+
+// WithSpanKind sets the layer span's kind; the default is Internal.
+func WithSpanKind(kind trace.SpanKind) Option {
+	return optionFunc(func(c *config) { c.kind = kind })
+}
+
+// WithPolicySpans makes every circuit breaker, bulkhead and timeout open a
+// span of its own around the inner handler on every attempt. By default a
+// policy opens one only when it acts (a breaker that is open or half open, a
+// bulkhead that makes the call wait or rejects it, a timeout that fires);
+// otherwise its state is an attribute of the attempt span, which keeps a
+// traced call at the two spans a user would add by hand.
+func WithPolicySpans(always bool) Option {
+	return optionFunc(func(c *config) { c.policySpans = always })
+}

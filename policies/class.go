@@ -1,0 +1,101 @@
+package policies
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Class says what retrying an error can achieve.
+type Class string
+
+const (
+	Transient       Class = "transient"        // a later identical call may succeed
+	Permanent       Class = "permanent"        // the identical call fails identically
+	Fatal           Class = "fatal"            // stop the whole task (quota or billing exhausted)
+	ContextOverflow Class = "context_overflow" // compact the context; never retry as is
+	Programming     Class = "programming"      // a bug (unsupported, panic); never retry
+	Canceled        Class = "canceled"         // the caller's context ended
+	// Unknown is an error no rule recognises. Whether it is retried is the
+	// retry policy's choice (RetryConfig.RetryUnknown): the seed's runtime
+	// retries it, its session does not. It does not count against a breaker.
+	Unknown Class = "unknown"
+)
+
+// Retryable reports whether a retry of the identical call may succeed.
+func (c Class) Retryable() bool { return c == Transient }
+
+// Classification is what the classifier found out about an error.
+type Classification struct {
+	Class      Class
+	Type       string        // low-cardinality error.type: provider code, HTTP status or Go type
+	Reason     string        // the rule that decided, e.g. "http 429", "marker: invalid api key"
+	RetryAfter time.Duration // the server's hint, 0 if none
+}
+
+// Error gives an error an explicit class. It is the first thing the
+// classifier looks for, so a tool or provider that knows what went wrong can
+// say so and skip the guessing.
+type Error struct {
+	Class      Class
+	Type       string        // error.type; empty means the class name
+	RetryAfter time.Duration // a hint for the next attempt, 0 if none
+	Err        error
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return string(e.Class)
+	}
+	return e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// APIError is a provider's or tool server's error answer.
+type APIError struct {
+	StatusCode int           // HTTP status, 0 if the error did not come from HTTP
+	Code       string        // the provider's error code or type, e.g. "insufficient_quota", "overloaded_error"
+	Message    string        // the provider's message
+	RetryAfter time.Duration // from Retry-After or retry-after-ms, 0 if none
+}
+
+func (e *APIError) Error() string {
+	s := ""
+	if e.StatusCode != 0 {
+		s = strconv.Itoa(e.StatusCode)
+	}
+	if e.Code != "" {
+		s = join(s, " ", e.Code)
+	}
+	if e.Message != "" {
+		s = join(s, ": ", Redact(e.Message))
+	}
+	if s == "" {
+		return "api error"
+	}
+	return s
+}
+
+func join(a, sep, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + sep + b
+}
+
+// PanicError is a recovered panic: a Programming error that is never retried.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Unwrap returns the panic value when it was an error.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}

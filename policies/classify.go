@@ -1,0 +1,314 @@
+package policies
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/failsafe-go/failsafe-go/budget"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/ratelimiter"
+	"github.com/failsafe-go/failsafe-go/timeout"
+)
+
+// Rule classifies the errors it recognises and reports false for the rest.
+// User rules run before the defaults, in the order given.
+type Rule func(err error) (Classification, bool)
+
+// Classifier applies user rules, then the default rules. The zero value and a
+// nil *Classifier apply the defaults only. It is safe for concurrent use.
+type Classifier struct {
+	rules []Rule
+}
+
+// NewClassifier returns a classifier that tries rules, in order, before the
+// defaults.
+func NewClassifier(rules ...Rule) *Classifier {
+	return &Classifier{rules: append([]Rule(nil), rules...)}
+}
+
+// Classify classifies err with the default rules.
+func Classify(err error) Classification { return classify(err) }
+
+// Classify classifies err: the first matching user rule wins, then the first
+// matching default rule. A nil error has no class.
+func (c *Classifier) Classify(err error) Classification {
+	if err == nil {
+		return Classification{}
+	}
+	if c != nil {
+		for _, r := range c.rules {
+			if cl, ok := r(err); ok {
+				if cl.Type == "" {
+					cl.Type = errorType(err)
+				}
+				return cl
+			}
+		}
+	}
+	return classify(err)
+}
+
+// The seeds' patterns, verbatim. transientPattern is the session layer's
+// _RETRY_PATTERN; permanentMarkers are the runtime's _PERMANENT_ERROR_MARKERS,
+// matched against "<type>: <message>" in lower case.
+var (
+	transientPattern = regexp.MustCompile(`(?i)overloaded|rate.?limit|\b429\b|\b5\d\d\b|service.?unavailable|connection.?(error|refused)|other side closed|fetch failed|reset before headers|terminated`)
+	permanentMarkers = []string{
+		"not a valid image", "invalid image", "image data is not", // a broken image in the request
+		"login expired", "login failed", "re-auth", "unauthorized", // the gateway's login lapsed
+		"invalid api key", "invalid_api_key", // a wrong credential
+	}
+	overflowPhrases = []string{"maximum context length", "prompt is too long", "context_length_exceeded"}
+)
+
+// classify applies the default rules in the order DESIGN.md gives; the first
+// match wins.
+func classify(err error) Classification {
+	if err == nil {
+		return Classification{}
+	}
+	// 1. An explicit class.
+	var explicit *Error
+	if errors.As(err, &explicit) {
+		t := explicit.Type
+		if t == "" {
+			t = string(explicit.Class)
+		}
+		return Classification{Class: explicit.Class, Type: t, Reason: "explicit " + string(explicit.Class), RetryAfter: explicit.RetryAfter}
+	}
+	// 2. Rejections by a policy: they say nothing about the call itself.
+	var rejected *RejectedError
+	if errors.As(err, &rejected) {
+		return Classification{Class: Transient, Type: rejected.Type(), Reason: rejected.Policy + " rejected the call", RetryAfter: rejected.RetryAfter}
+	}
+	switch {
+	case errors.Is(err, circuitbreaker.ErrOpen):
+		return Classification{Class: Transient, Type: "circuit_open", Reason: "circuit breaker open"}
+	case errors.Is(err, bulkhead.ErrFull):
+		return Classification{Class: Transient, Type: "bulkhead_full", Reason: "bulkhead full"}
+	case errors.Is(err, ratelimiter.ErrExceeded):
+		return Classification{Class: Transient, Type: "rate_limited", Reason: "rate limiter exceeded"}
+	case errors.Is(err, ErrBudgetExhausted), errors.Is(err, budget.ErrExceeded):
+		return Classification{Class: Transient, Type: "budget_exhausted", Reason: "retry budget exhausted"}
+	}
+	// 3. Time: our own per-attempt timeout is Transient, the caller's end is not.
+	var te *TimeoutError
+	if errors.As(err, &te) || errors.Is(err, timeout.ErrExceeded) {
+		return Classification{Class: Transient, Type: "attempt_timeout", Reason: "attempt timeout"}
+	}
+	if errors.Is(err, context.Canceled) {
+		return Classification{Class: Canceled, Type: "context.Canceled", Reason: "context canceled"}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return Classification{Class: Canceled, Type: "context.DeadlineExceeded", Reason: "context deadline exceeded"}
+	}
+	// 4. Bugs.
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		return Classification{Class: Programming, Type: "panic", Reason: "panic"}
+	}
+	if errors.Is(err, errors.ErrUnsupported) {
+		return Classification{Class: Programming, Type: "errors.ErrUnsupported", Reason: "unsupported"}
+	}
+
+	var api *APIError
+	hasAPI := errors.As(err, &api)
+	msg := err.Error()
+	lower := strings.ToLower(msg)
+	typ := errorType(err)
+	with := func(class Class, reason string) Classification {
+		c := Classification{Class: class, Type: typ, Reason: reason}
+		if hasAPI {
+			c.RetryAfter = api.RetryAfter
+		}
+		return c
+	}
+
+	// 5. Context overflow: compaction, not retrying, can help.
+	if hasAPI && (api.StatusCode == 413 || api.Code == "context_length_exceeded" || api.Code == "request_too_large") {
+		return with(ContextOverflow, apiReason(api))
+	}
+	for _, p := range overflowPhrases {
+		if strings.Contains(lower, p) {
+			return with(ContextOverflow, "message: "+p)
+		}
+	}
+	// 6. Quota and billing: nothing in this task will succeed.
+	if hasAPI {
+		switch {
+		case api.Code == "insufficient_quota", api.Code == "billing_error",
+			strings.HasSuffix(api.Code, "_spend_limit_exceeded"), api.StatusCode == 402:
+			return with(Fatal, apiReason(api))
+		}
+	}
+	// 7. Credentials and the seed's permanent markers.
+	if hasAPI {
+		switch {
+		case api.StatusCode == 401, api.StatusCode == 403,
+			api.Code == "invalid_api_key", api.Code == "authentication_error", api.Code == "permission_error":
+			return with(Permanent, apiReason(api))
+		}
+	}
+	marked := strings.ToLower(typ) + ": " + lower
+	for _, m := range permanentMarkers {
+		if strings.Contains(marked, m) {
+			return with(Permanent, "marker: "+m)
+		}
+	}
+	// 8. Transient: the provider is busy, the network blinked, the stream dropped.
+	if hasAPI {
+		switch {
+		case api.StatusCode == 408, api.StatusCode == 409, api.StatusCode == 429, api.StatusCode >= 500:
+			return with(Transient, apiReason(api))
+		case api.Code == "rate_limit_exceeded", api.Code == "rate_limit_error", api.Code == "api_error",
+			api.Code == "timeout_error", api.Code == "overloaded_error", api.Code == "server_error":
+			return with(Transient, apiReason(api))
+		}
+	}
+	if reason, ok := transientNetwork(err); ok {
+		return with(Transient, reason)
+	}
+	if strings.TrimSpace(apiMessage(api, hasAPI, msg)) == "" {
+		return with(Transient, "empty message")
+	}
+	if m := transientPattern.FindString(msg); m != "" {
+		return with(Transient, "pattern: "+strings.ToLower(m))
+	}
+	// 9. Certificates and the remaining client errors.
+	var (
+		unknownAuthority x509.UnknownAuthorityError
+		hostname         x509.HostnameError
+		invalidCert      x509.CertificateInvalidError
+		verification     *tls.CertificateVerificationError
+		record           tls.RecordHeaderError
+	)
+	if errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalidCert) ||
+		errors.As(err, &verification) || errors.As(err, &record) {
+		return with(Permanent, "tls")
+	}
+	if hasAPI && api.StatusCode >= 400 && api.StatusCode < 500 {
+		return with(Permanent, apiReason(api))
+	}
+	if hasAPI && api.Code == "not_found_error" || hasAPI && api.Code == "invalid_request_error" {
+		return with(Permanent, apiReason(api))
+	}
+	return with(Unknown, "unknown")
+}
+
+// apiMessage is the text the empty-message rule looks at: the provider's
+// message for an API error, the whole error text otherwise.
+func apiMessage(api *APIError, hasAPI bool, msg string) string {
+	if hasAPI {
+		if api.StatusCode != 0 || api.Code != "" {
+			return "non-empty" // a status or code says what happened
+		}
+		return api.Message
+	}
+	return msg
+}
+
+func apiReason(api *APIError) string {
+	if api.StatusCode != 0 {
+		if api.Code != "" {
+			return "http " + strconv.Itoa(api.StatusCode) + " " + api.Code
+		}
+		return "http " + strconv.Itoa(api.StatusCode)
+	}
+	return "code " + api.Code
+}
+
+// transientNetwork recognises Go's network failures.
+func transientNetwork(err error) (string, bool) {
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset", true
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused", true
+	case errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
+		return "connection closed", true
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected EOF", true
+	case errors.Is(err, io.EOF):
+		return "other side closed", true
+	case errors.Is(err, net.ErrClosed):
+		return "connection closed", true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout", true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return "network: " + oe.Op, true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) && (dns.IsTemporary || dns.IsTimeout) {
+		return "dns", true
+	}
+	return "", false
+}
+
+// errorType returns the low-cardinality error.type of err: the API error's
+// code or status when there is one, else the Go type of the first error in
+// the chain that is not a mere wrapper, else "_OTHER" (the OTel fallback).
+func errorType(err error) string {
+	var api *APIError
+	if errors.As(err, &api) {
+		if api.Code != "" {
+			return api.Code
+		}
+		if api.StatusCode != 0 {
+			return strconv.Itoa(api.StatusCode)
+		}
+	}
+	for e := err; e != nil; {
+		switch e.(type) {
+		case *FailedError, *Error:
+		default:
+			t := reflect.TypeOf(e).String()
+			if !wrapperTypes[t] {
+				if t == "*errors.errorString" {
+					return "_OTHER"
+				}
+				return t
+			}
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			break
+		}
+		e = u.Unwrap()
+	}
+	return "_OTHER"
+}
+
+var wrapperTypes = map[string]bool{
+	"*fmt.wrapError":  true,
+	"*fmt.wrapErrors": true,
+	"*url.Error":      true,
+}
+
+// Describe formats err the way the seed's agent turn does: "<Type>: <message>",
+// just "<Type>" when the message is empty, with secrets redacted.
+func Describe(err error) string {
+	if err == nil {
+		return ""
+	}
+	t := errorType(err)
+	msg := Redact(err.Error())
+	if strings.TrimSpace(msg) == "" {
+		return t
+	}
+	return fmt.Sprintf("%s: %s", t, msg)
+}
