@@ -8,8 +8,8 @@ var secretPatterns = []struct {
 	with string
 }{
 	{regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{6,}`), "$1 [REDACTED]"},
-	{regexp.MustCompile(`\b(sk|rk|pk)-[A-Za-z0-9_\-*]{6,}`), "$1-[REDACTED]"},
 	{regexp.MustCompile(`\b(sk-ant|xai|gsk|ghp|gho|github_pat|xox[abpr])[-_][A-Za-z0-9_\-]{6,}`), "$1-[REDACTED]"},
+	{regexp.MustCompile(`\b(sk|rk|pk)-[A-Za-z0-9_\-*]{6,}`), "$1-[REDACTED]"},
 	{regexp.MustCompile(`\bAIza[0-9A-Za-z_\-]{20,}`), "[REDACTED]"},
 	{regexp.MustCompile(`(?i)\b(api[_-]?key|access[_-]?token|auth[_-]?token|token|secret|password|authorization|x-api-key)(["']?\s*[:=]\s*["']?)([^\s"'&,;}]{4,})`), "$1$2[REDACTED]"},
 }

@@ -1,0 +1,73 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
+)
+
+func ExampleChain() {
+	trace := func(name string) middleware.Middleware[string, string] {
+		return func(next middleware.Handler[string, string]) middleware.Handler[string, string] {
+			return func(ctx context.Context, req string) (string, error) {
+				fmt.Println(name, "before")
+				defer fmt.Println(name, "after")
+				return next(ctx, req)
+			}
+		}
+	}
+	h := middleware.Chain(trace("first"), nil, trace("second"))(func(context.Context, string) (string, error) {
+		fmt.Println("handler")
+		return "", nil
+	})
+	_, _ = h(context.Background(), "")
+	// Output:
+	// first before
+	// second before
+	// handler
+	// second after
+	// first after
+}
+
+// Two retrying layers, as in an agent runtime around its session: the trace
+// counts the provider calls they make between them.
+func ExamplePoliciesWith() {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	clk := clock.NewVirtual(time.Unix(0, 0)) // the 2 s … 8 s backoffs pass at once
+	opts := []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}
+
+	session := middleware.PoliciesWith[string, string]("session", opts, policies.NewRetry[string](policies.SessionRetry))
+	runtime := middleware.PoliciesWith[string, string]("runtime", opts, policies.NewRetry[string](policies.RuntimeRetry))
+	provider := func(context.Context, string) (string, error) {
+		return "", &policies.APIError{StatusCode: 503, Message: "service unavailable"}
+	}
+	_, err := runtime(session(provider))(context.Background(), "hello")
+
+	fmt.Println(err)
+	var failed *policies.FailedError
+	if errors.As(err, &failed) {
+		fmt.Println("outcome:", failed.Outcome)
+	}
+	for _, s := range rec.Ended() {
+		for _, kv := range s.Attributes() {
+			if kv.Key == telemetry.Calls || kv.Key == telemetry.CallsWorstCase {
+				fmt.Printf("%s=%d\n", kv.Key, kv.Value.AsInt64())
+			}
+		}
+	}
+	// Output:
+	// runtime: failed after 3 attempts: session: failed after 4 attempts: 503: service unavailable
+	// outcome: failed_exhausted
+	// retrace.calls=12
+	// retrace.calls.worst_case=12
+}

@@ -1,0 +1,179 @@
+package policies_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/failsafe-go/failsafe-go/timeout"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retrace-go/retrace/clock"
+	. "github.com/retrace-go/retrace/policies"
+)
+
+var epoch = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+
+func TestPresetsAreTheSeeds(t *testing.T) {
+	s := time.Second
+	tests := []struct {
+		name   string
+		cfg    RetryConfig
+		max    int
+		delays []time.Duration // before retry 1, 2, …
+	}{
+		{"session", SessionRetry, 4, []time.Duration{2 * s, 4 * s, 8 * s}},
+		{"runtime", RuntimeRetry, 3, []time.Duration{1500 * time.Millisecond, 3 * s}},
+		{"tool, no jitter", RetryConfig{MaxAttempts: ToolRetry.MaxAttempts, Backoff: Backoff{Base: ToolRetry.Backoff.Base, Cap: ToolRetry.Backoff.Cap}}, 3, []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.max, tt.cfg.MaxAttempts)
+			clk := clock.NewVirtual(epoch)
+			tt.cfg.Clock = clk
+			calls := 0
+			_, err := failsafe.With(NewRetry[int](tt.cfg)).Get(func() (int, error) {
+				calls++
+				return 0, &APIError{StatusCode: 503}
+			})
+			require.Error(t, err)
+			assert.Equal(t, tt.max, calls)
+			assert.Equal(t, tt.delays, clk.Slept())
+		})
+	}
+	assert.True(t, RuntimeRetry.RetryUnknown, "the seed's runtime retries whatever is not permanent")
+	assert.False(t, SessionRetry.RetryUnknown, "the seed's session retries only what matches its pattern")
+}
+
+func TestBackoffCapAndJitter(t *testing.T) {
+	b := Backoff{Base: 800 * time.Millisecond, Cap: 8 * time.Second}
+	assert.Equal(t, 6400*time.Millisecond, b.Delay(4, nil))
+	assert.Equal(t, 8*time.Second, b.Delay(5, nil))
+	assert.Equal(t, 8*time.Second, b.Delay(60, nil), "no overflow for large n")
+	assert.Equal(t, time.Duration(0), Backoff{}.Delay(3, nil))
+
+	b.Jitter = 0.5
+	assert.Equal(t, 400*time.Millisecond, b.Delay(1, func() float64 { return 0 }), "jitter 0.5 halves at worst")
+	assert.Equal(t, 800*time.Millisecond, b.Delay(1, func() float64 { return 0.999999999 }).Round(time.Millisecond))
+	rnd := SeededRand(7)
+	for range 1000 {
+		d := b.Delay(2, rnd)
+		assert.GreaterOrEqual(t, d, 800*time.Millisecond)
+		assert.LessOrEqual(t, d, 1600*time.Millisecond)
+	}
+}
+
+func TestRetryUnderFailsafeWith(t *testing.T) {
+	clk := clock.NewVirtual(epoch)
+	retry := NewRetry[string](RetryConfig{MaxAttempts: 3, Backoff: Backoff{Base: time.Second}, Clock: clk})
+	calls := 0
+	out, err := failsafe.With(retry).Get(func() (string, error) {
+		calls++
+		if calls < 3 {
+			return "", errors.New("connection refused")
+		}
+		return "ok", nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "ok", out)
+	assert.Equal(t, 3, calls)
+
+	calls = 0
+	_, err = failsafe.With(retry).Get(func() (string, error) {
+		calls++
+		return "", &APIError{StatusCode: 400, Code: "invalid_request_error"}
+	})
+	assert.Equal(t, 1, calls, "permanent: no retry")
+	var fe *FailedError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, OutcomeFailedPermanent, fe.Outcome)
+	assert.Regexp(t, `^failed permanently: 400 invalid_request_error \[permanent: http 400 invalid_request_error\]$`, fe.Diagnosis)
+
+	calls = 0
+	_, err = failsafe.With(retry).Get(func() (string, error) {
+		calls++
+		return "", errors.New("weird")
+	})
+	assert.Equal(t, 1, calls, "unknown errors are not retried unless RetryUnknown")
+	_, err = failsafe.With(NewRetry[string](RetryConfig{RetryUnknown: true, Clock: clk})).Get(func() (string, error) {
+		return "", errors.New("weird")
+	})
+	assert.ErrorIs(t, err, retrypolicy.ErrExceeded, "an exhausted retry matches failsafe-go's ErrExceeded")
+}
+
+func TestRetryWithBreakerUnderFailsafeWith(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	breaker := NewCircuitBreaker[string](BreakerConfig{FailureThreshold: 2, Clock: clk})
+	retry := NewRetry[string](RetryConfig{MaxAttempts: 5, Clock: clock.NewVirtual(epoch)})
+	calls := 0
+	_, err := failsafe.With(retry, breaker).Get(func() (string, error) {
+		calls++
+		return "", &APIError{StatusCode: 503}
+	})
+	assert.Equal(t, 2, calls, "the breaker opened after 2 failures and the retry stopped at its rejection")
+	var fe *FailedError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, OutcomeRejected, fe.Outcome)
+	assert.ErrorIs(t, err, circuitbreaker.ErrOpen)
+}
+
+func TestTimeoutUnderFailsafeWith(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := failsafe.With[string](NewTimeout[string](time.Minute, clk)).GetWithExecution(func(e failsafe.Execution[string]) (string, error) {
+			close(started)
+			<-e.Canceled()
+			return "", e.Context().Err()
+		})
+		done <- err
+	}()
+	<-started
+	clk.Advance(time.Minute)
+	err := <-done
+	assert.ErrorIs(t, err, timeout.ErrExceeded)
+	assert.Equal(t, Transient, Classify(err).Class)
+}
+
+func TestBreakerCountsOnlyTransient(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	cb := NewCircuitBreaker[string](BreakerConfig{Clock: clk}).(*CircuitBreaker[string])
+	for range 4 {
+		cb.RecordError(&APIError{StatusCode: 503})
+	}
+	cb.RecordError(&APIError{StatusCode: 400}) // the service answered: resets the count
+	for range 4 {
+		cb.RecordError(&APIError{StatusCode: 503})
+	}
+	cb.RecordError(context.Canceled) // says nothing about the downstream
+	cb.RecordError(errors.New("weird"))
+	assert.True(t, cb.IsClosed(), "4 consecutive transient failures do not open it")
+	cb.RecordError(&APIError{StatusCode: 529})
+	assert.True(t, cb.IsOpen())
+	assert.Equal(t, 60*time.Second, cb.RemainingDelay())
+
+	clk.Advance(60 * time.Second)
+	assert.True(t, cb.TryAcquirePermit(), "one probe after the cool-down")
+	assert.False(t, cb.TryAcquirePermit(), "only one")
+	assert.True(t, cb.IsHalfOpen())
+	cb.RecordFailure()
+	assert.True(t, cb.IsOpen(), "a failed probe reopens it")
+	clk.Advance(60 * time.Second)
+	assert.True(t, cb.TryAcquirePermit())
+	cb.RecordSuccess()
+	assert.True(t, cb.IsClosed())
+	assert.Equal(t, uint(0), cb.Metrics().Executions())
+}
+
+func TestFailedErrorMessages(t *testing.T) {
+	err := &FailedError{Layer: "runtime", Outcome: OutcomeFailedExhausted, Diagnosis: "failed after 3 attempts: 503"}
+	assert.Equal(t, "runtime: failed after 3 attempts: 503", err.Error())
+	assert.ErrorIs(t, &FailedError{Outcome: OutcomeBudgetExhausted}, ErrBudgetExhausted)
+	assert.NotErrorIs(t, &FailedError{Outcome: OutcomeFailedPermanent}, retrypolicy.ErrExceeded)
+}

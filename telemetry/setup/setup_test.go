@@ -1,0 +1,155 @@
+package setup_test
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace/noop"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	"github.com/retrace-go/retrace/telemetry/setup"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestReadEnv(t *testing.T) {
+	tests := []struct {
+		name string
+		env  func(string) string
+		want setup.Exporters
+		err  string
+	}{
+		{"nothing set: console", env(), setup.Exporters{Console: true}, ""},
+		{"endpoint without scheme: insecure gRPC", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317"), setup.Exporters{OTLP: true, Endpoint: "localhost:4317", Insecure: true}, ""},
+		{"http URL", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"), setup.Exporters{OTLP: true, Endpoint: "127.0.0.1:4317", Insecure: true}, ""},
+		{"https URL without port", env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel.example.com"), setup.Exporters{OTLP: true, Endpoint: "otel.example.com:4317"}, ""},
+		{"traces endpoint wins", env("OTEL_EXPORTER_OTLP_ENDPOINT", "a:1", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "b:2"), setup.Exporters{OTLP: true, Endpoint: "b:2", Insecure: true}, ""},
+		{"insecure=false overrides", env("OTEL_EXPORTER_OTLP_ENDPOINT", "a:1", "OTEL_EXPORTER_OTLP_INSECURE", "false"), setup.Exporters{OTLP: true, Endpoint: "a:1"}, ""},
+		{"otlp without endpoint: the default", env("OTEL_TRACES_EXPORTER", "otlp"), setup.Exporters{OTLP: true, Endpoint: "localhost:4317", Insecure: true}, ""},
+		{"console explicitly", env("OTEL_TRACES_EXPORTER", "console", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{Console: true}, ""},
+		{"both", env("OTEL_TRACES_EXPORTER", "otlp,console", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{OTLP: true, Console: true, Endpoint: "a:1", Insecure: true}, ""},
+		{"none", env("OTEL_TRACES_EXPORTER", "none", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{None: true}, ""},
+		{"sdk disabled", env("OTEL_SDK_DISABLED", "true"), setup.Exporters{None: true}, ""},
+		{"unknown exporter", env("OTEL_TRACES_EXPORTER", "zipkin"), setup.Exporters{}, `OTEL_TRACES_EXPORTER="zipkin"`},
+		{"bad scheme", env("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x:1"), setup.Exporters{}, `unknown scheme "ftp"`},
+		{"path without scheme", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317/v1/traces"), setup.Exporters{}, "want host:port or a URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := setup.ReadEnv(tt.env)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestNoneIsNoop(t *testing.T) {
+	tp, shutdown, err := setup.NewTracerProvider(context.Background(), setup.WithEnv(env("OTEL_TRACES_EXPORTER", "none")))
+	require.NoError(t, err)
+	assert.IsType(t, noop.TracerProvider{}, tp)
+	require.NoError(t, shutdown(context.Background()))
+}
+
+func TestConsoleTree(t *testing.T) {
+	var out bytes.Buffer
+	tp, shutdown, err := setup.NewTracerProvider(context.Background(), setup.WithEnv(env()), setup.WithConsole(&out))
+	require.NoError(t, err)
+	tr := tp.Tracer("t")
+	ctx, root := tr.Start(context.Background(), "runtime")
+	_, child := tr.Start(ctx, "runtime attempt")
+	child.End()
+	root.End()
+	require.NoError(t, shutdown(context.Background()))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3)
+	assert.Regexp(t, `^trace [0-9a-f]{32}$`, lines[0])
+	assert.Regexp(t, `^runtime  `, lines[1])
+	assert.Regexp(t, `^└─ runtime attempt  `, lines[2])
+}
+
+// collector is an OTLP gRPC trace receiver on 127.0.0.1.
+type collector struct {
+	collectortrace.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	names []string
+	attrs []string
+}
+
+func (c *collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.ResourceSpans {
+		for _, a := range rs.Resource.Attributes {
+			c.attrs = append(c.attrs, a.Key+"="+a.Value.GetStringValue())
+		}
+		for _, ss := range rs.ScopeSpans {
+			for _, s := range ss.Spans {
+				c.names = append(c.names, s.Name)
+			}
+		}
+	}
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+func TestOTLPExportToSchemelessEndpoint(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	col := &collector{}
+	collectortrace.RegisterTraceServiceServer(srv, col)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+
+	tp, shutdown, err := setup.NewTracerProvider(context.Background(),
+		setup.WithEnv(env("OTEL_EXPORTER_OTLP_ENDPOINT", lis.Addr().String(), "OTEL_SERVICE_NAME", "retrace-test")))
+	require.NoError(t, err)
+	_, span := tp.Tracer("t").Start(context.Background(), "session")
+	span.End()
+	require.NoError(t, shutdown(context.Background()), "shutdown flushes the spans")
+
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	assert.Equal(t, []string{"session"}, col.names)
+	assert.Contains(t, col.attrs, "service.name=retrace-test")
+}
+
+func TestUnreachableCollectorBoundedShutdown(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close()) // nothing listens there now
+
+	var warn bytes.Buffer
+	tp, shutdown, err := setup.NewTracerProvider(context.Background(),
+		setup.WithEnv(env("OTEL_EXPORTER_OTLP_ENDPOINT", addr)), setup.WithWarnings(&warn),
+		setup.WithShutdownTimeout(300*time.Millisecond))
+	require.NoError(t, err)
+	_, span := tp.Tracer("t").Start(context.Background(), "lost")
+	span.End()
+
+	require.Error(t, shutdown(context.Background()))
+	require.NoError(t, shutdown(context.Background()), "a second shutdown is a no-op")
+	assert.Equal(t, 1, strings.Count(warn.String(), "\n"), "exactly one warning: %q", warn.String())
+	assert.Contains(t, warn.String(), "could not flush spans to the OTLP receiver at "+addr)
+}
