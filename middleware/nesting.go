@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -19,10 +20,12 @@ type frame struct {
 	parent      *frame
 	root        *root
 	layer       string
-	maxAttempts int          // 1: not retrying; 0: unknown (a retry policy retrace cannot read)
-	depth       int          // retrying layers enclosing this one
-	nested      atomic.Bool  // a layer started beneath the current attempt
-	childWorst  atomic.Int64 // largest worst case among the nested layers; 0 none, -1 unknown
+	maxAttempts int           // 1: not retrying; 0: unknown (a retry policy retrace cannot read)
+	depth       int           // retrying layers enclosing this one
+	attempt     int           // the current attempt, from 1
+	delay       time.Duration // the backoff waited before it
+	nested      atomic.Bool   // a layer started beneath the current attempt
+	childWorst  atomic.Int64  // largest worst case among the nested layers; 0 none, -1 unknown
 }
 
 // root is what the outermost layer call collects from all beneath it.
@@ -142,4 +145,23 @@ func (f *frame) announceNesting() {
 		telemetry.NestedLayers.String(key),
 		telemetry.CallsWorstCase.Int64(worst),
 	))
+}
+
+// Attempt describes the attempt a handler runs in.
+type Attempt struct {
+	Layer       string        // the innermost enclosing layer
+	N           int           // the attempt, from 1
+	MaxAttempts int           // the layer's limit; 0 if unknown
+	Delay       time.Duration // the backoff waited before this attempt
+}
+
+// AttemptFrom returns the attempt of the innermost layer that ctx runs in,
+// and false outside any layer. Handlers use it to number what they record,
+// or to treat a retry differently from a first call.
+func AttemptFrom(ctx context.Context) (Attempt, bool) {
+	f := frameFrom(ctx)
+	if f == nil {
+		return Attempt{}, false
+	}
+	return Attempt{Layer: f.layer, N: max(f.attempt, 1), MaxAttempts: f.maxAttempts, Delay: f.delay}, true
 }

@@ -25,6 +25,7 @@ type config struct {
 	attrs       []attribute.KeyValue
 	kind        trace.SpanKind
 	policySpans bool
+	inner       int
 }
 
 func newConfig(opts []Option) config {
@@ -83,4 +84,12 @@ func WithSpanKind(kind trace.SpanKind) Option {
 // traced call at the two spans a user would add by hand.
 func WithPolicySpans(always bool) Option {
 	return optionFunc(func(c *config) { c.policySpans = always })
+}
+
+// WithInnerAttempts declares that the handler makes up to n attempts of its
+// own that retrace does not drive, such as an SDK's built-in retries. They
+// count into retrace.calls.worst_case and the nested-retry event, so that a
+// hidden retry layer shows in the trace before it multiplies the calls.
+func WithInnerAttempts(n int) Option {
+	return optionFunc(func(c *config) { c.inner = n })
 }

@@ -67,20 +67,21 @@ func PoliciesWith[Req, Resp any](layer string, opts []Option, ps ...failsafe.Pol
 
 // layer is what PoliciesWith builds once and every call shares.
 type layer[Req, Resp any] struct {
-	name         string
-	spanName     string
-	attemptName  string
-	cfg          config
-	ps           []failsafe.Policy[Resp]
-	retryAt      int               // index in ps of the retry policy retrace drives, -1 if none
-	retrier      *policies.Retrier // that policy's logic, or one attempt
-	maxAttempts  int               // 0 when a retry policy's limit is unknown
-	foreignRetry bool              // a failsafe-go retry policy retrace cannot read
-	classifier   *policies.Classifier
-	clock        clock.Clock
-	startOpts    []trace.SpanStartOption
-	tracer       atomic.Pointer[tracerFor]
-	meter        *instruments
+	name          string
+	spanName      string
+	attemptName   string
+	cfg           config
+	ps            []failsafe.Policy[Resp]
+	retryAt       int               // index in ps of the retry policy retrace drives, -1 if none
+	retrier       *policies.Retrier // that policy's logic, nil if none
+	maxAttempts   int               // 0 when a retry policy's limit is unknown
+	frameAttempts int               // maxAttempts times the handler's own attempts (WithInnerAttempts)
+	foreignRetry  bool              // a failsafe-go retry policy retrace cannot read
+	classifier    *policies.Classifier
+	clock         clock.Clock
+	startOpts     []trace.SpanStartOption
+	tracer        atomic.Pointer[tracerFor]
+	meter         *instruments
 }
 
 type tracerFor struct {
@@ -112,6 +113,10 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 	}
 	if l.foreignRetry {
 		l.maxAttempts = 0 // a failsafe-go retry policy does not say its limit
+	}
+	l.frameAttempts = l.maxAttempts
+	if cfg.inner > 1 {
+		l.frameAttempts *= cfg.inner
 	}
 	l.spanName = cfg.spanName
 	if l.spanName == "" {
@@ -232,7 +237,7 @@ func (c *call[Req, Resp]) current() trace.Span {
 func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Resp]) (Resp, error) {
 	c := &call[Req, Resp]{l: l, req: req}
 	parent := frameFrom(ctx)
-	c.frame.init(parent, l.name, l.maxAttempts, &c.root)
+	c.frame.init(parent, l.name, l.frameAttempts, &c.root)
 	c.fctx = frameCtx{Context: ctx, f: &c.frame}
 	ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, l.startOpts...)
 	c.recording = c.span.IsRecording()
@@ -351,6 +356,7 @@ func (l *layer[Req, Resp]) loopStep(inner step[Req, Resp]) step[Req, Resp] {
 
 func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duration) (Resp, error) {
 	c.attempts = n
+	c.frame.attempt, c.frame.delay = n, delay
 	if c.recording && c.l.retrier.MaxAttempts() > 1 {
 		ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName, trace.WithAttributes(
 			telemetry.Layer.String(c.l.name),

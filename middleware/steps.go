@@ -191,6 +191,7 @@ func (l *layer[Req, Resp]) foreignStep(ps []failsafe.Policy[Resp], next step[Req
 // foreignAttempt is one attempt of a failsafe-go retry policy.
 func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[Req, Resp], req Req) (Resp, error) {
 	c.attempts = n
+	c.frame.attempt = n
 	var span trace.Span
 	if c.recording {
 		var delay time.Duration

@@ -1,0 +1,36 @@
+// Package faultserver is a local, fault-injecting server that speaks the
+// OpenAI chat-completions protocol, so that tests and demos can show exactly
+// how many provider calls a stack of retry layers makes.
+//
+// A [Server] answers POST /chat/completions and POST /v1/chat/completions on
+// 127.0.0.1 only. For every request it receives it counts the request, records
+// its decoded body as a [Request], and asks its [Script] which [Fault] to
+// answer with. The script is given the 0-based index of the request, so a
+// scenario is a plain function of the arrival order and is fully
+// deterministic. [Sequence], [Always] and [FailFirst] build the common
+// scripts.
+//
+// A fault is one of a success (streamed as server-sent events when the
+// request asks for stream=true, a chat.completion object otherwise), an error
+// answer with OpenAI's error body (rate limits with Retry-After or
+// retry-after-ms, server errors, 529 overload, invalid API key, context
+// overflow, insufficient quota, invalid image), a stream that is cut by a TCP
+// reset or ends early without its finish chunk, a malformed stream, a body
+// that is not JSON, a slow answer, or no answer at all. Any fault may wait
+// before answering; waits end when the request's context ends, and they are
+// multiplied by the server's time scale (see [Server.SetTimeScale]), while the
+// Retry-After values a fault sends are always in real units.
+//
+//	srv := faultserver.New(faultserver.Sequence(
+//		faultserver.RateLimited(2*time.Second),
+//		faultserver.ServerError(503),
+//		faultserver.OK(),
+//	))
+//	if err := srv.Start(); err != nil {
+//		return err
+//	}
+//	defer srv.Close()
+//	// point an OpenAI client at srv.URL(), then check srv.Requests()
+//
+// The command in cmd/faultserver runs the same server from the command line.
+package faultserver

@@ -1,0 +1,279 @@
+package faultserver
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// DefaultReply is the text of a successful answer whose fault sets no Reply.
+const DefaultReply = "Hello from the fault server."
+
+// Kind says what the server does with a request.
+type Kind int
+
+const (
+	// KindOK answers with a successful completion of Fault.Reply.
+	KindOK Kind = iota
+	// KindError answers with Fault.Status and an OpenAI error body made of
+	// Fault.Code, Fault.Type and Fault.Message.
+	KindError
+	// KindStreamReset sends the status, the headers and Fault.Chunks content
+	// chunks, then resets the TCP connection.
+	KindStreamReset
+	// KindStreamEOF sends the status, the headers and Fault.Chunks content
+	// chunks, then ends the body cleanly without a finish chunk or [DONE].
+	KindStreamEOF
+	// KindHang never answers; the handler returns when the request's context
+	// ends.
+	KindHang
+	// KindMalformed answers 200 with an event stream whose second event is
+	// not valid JSON.
+	KindMalformed
+	// KindBadJSON answers 200 with Content-Type application/json and a body
+	// that is not JSON.
+	KindBadJSON
+)
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	switch k {
+	case KindOK:
+		return "ok"
+	case KindError:
+		return "error"
+	case KindStreamReset:
+		return "reset"
+	case KindStreamEOF:
+		return "eof"
+	case KindHang:
+		return "hang"
+	case KindMalformed:
+		return "malformed"
+	case KindBadJSON:
+		return "bad-json"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Fault describes what the server does with one request. The zero value is a
+// success with [DefaultReply].
+type Fault struct {
+	// Kind selects the behaviour.
+	Kind Kind
+	// Reply is the text of a success and of the chunks that KindStreamReset,
+	// KindStreamEOF and KindMalformed send; empty means DefaultReply.
+	Reply string
+	// Status, Code, Type and Message make the error answer of KindError. An
+	// empty Code is sent as null; a zero Status is sent as 500.
+	Status  int
+	Code    string
+	Type    string
+	Message string
+	// Header holds extra headers for the answer, such as Retry-After.
+	Header http.Header
+	// Chunks is how many content chunks KindStreamReset and KindStreamEOF
+	// send before the stream is cut (at most as many as the reply has).
+	Chunks int
+	// Delay is how long the server waits before answering, multiplied by
+	// the server's time scale. The wait ends when the request's context ends,
+	// and the request is then dropped without an answer.
+	Delay time.Duration
+}
+
+// OK returns a success with DefaultReply.
+func OK() Fault { return Fault{} }
+
+// Reply returns a success whose reply is text.
+func Reply(text string) Fault { return Fault{Reply: text} }
+
+// Status returns an error answer with the given HTTP status and OpenAI error
+// code, type and message.
+func Status(status int, code, typ, message string) Fault {
+	return Fault{Kind: KindError, Status: status, Code: code, Type: typ, Message: message}
+}
+
+// RateLimited returns a 429 rate_limit_exceeded answer whose Retry-After
+// header is retryAfter in whole seconds, rounded up.
+func RateLimited(retryAfter time.Duration) Fault {
+	f := Status(http.StatusTooManyRequests, "rate_limit_exceeded", "requests",
+		fmt.Sprintf("Rate limit reached for requests. Please try again in %s.", retryAfter))
+	f.Header = http.Header{"Retry-After": {strconv.FormatInt(ceilDiv(retryAfter, time.Second), 10)}}
+	return f
+}
+
+// RateLimitedMs returns a 429 rate_limit_exceeded answer whose retry-after-ms
+// header is retryAfter in whole milliseconds, rounded up; it sends no
+// Retry-After header.
+func RateLimitedMs(retryAfter time.Duration) Fault {
+	f := Status(http.StatusTooManyRequests, "rate_limit_exceeded", "requests",
+		fmt.Sprintf("Rate limit reached for requests. Please try again in %s.", retryAfter))
+	f.Header = http.Header{"Retry-After-Ms": {strconv.FormatInt(ceilDiv(retryAfter, time.Millisecond), 10)}}
+	return f
+}
+
+// ServerError returns a server_error answer with the given status, meant for
+// 500, 502 and 503.
+func ServerError(status int) Fault {
+	msg := http.StatusText(status)
+	switch status {
+	case http.StatusInternalServerError:
+		msg = "The server had an error while processing your request."
+	case http.StatusBadGateway:
+		msg = "Bad gateway"
+	case http.StatusServiceUnavailable:
+		msg = "Service unavailable"
+	}
+	return Status(status, "server_error", "server_error", msg)
+}
+
+// Overloaded returns a 529 overloaded_error answer.
+func Overloaded() Fault {
+	return Status(529, "overloaded_error", "overloaded_error", "Overloaded")
+}
+
+// InvalidAPIKey returns a 401 invalid_api_key answer naming a masked key.
+func InvalidAPIKey() Fault {
+	return Status(http.StatusUnauthorized, "invalid_api_key", "invalid_request_error",
+		"Incorrect API key provided: sk-test***...***abcd. You can find your API key at https://platform.openai.com/account/api-keys.")
+}
+
+// ContextOverflow returns a 400 context_length_exceeded answer.
+func ContextOverflow() Fault {
+	return Status(http.StatusBadRequest, "context_length_exceeded", "invalid_request_error",
+		"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages.")
+}
+
+// InsufficientQuota returns a 429 insufficient_quota answer, a rate-limit
+// status that no retry can fix.
+func InsufficientQuota() Fault {
+	return Status(http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota",
+		"You exceeded your current quota, please check your plan and billing details.")
+}
+
+// InvalidImage returns a 400 invalid_image answer.
+func InvalidImage() Fault {
+	return Status(http.StatusBadRequest, "invalid_image", "invalid_request_error",
+		"Invalid image: image data is not a valid base64-encoded image.")
+}
+
+// StreamReset returns a fault that sends 200, the headers and afterChunks
+// content chunks, then resets the TCP connection. A request with stream=false
+// gets the first half of its JSON body instead of chunks.
+func StreamReset(afterChunks int) Fault { return Fault{Kind: KindStreamReset, Chunks: afterChunks} }
+
+// StreamEOF returns a fault that sends 200, the headers and afterChunks
+// content chunks, then ends the body cleanly without a finish chunk or
+// [DONE]. A request with stream=false gets the first half of its JSON body.
+func StreamEOF(afterChunks int) Fault { return Fault{Kind: KindStreamEOF, Chunks: afterChunks} }
+
+// Slow returns a success whose first byte is sent after d (times the
+// server's time scale), or never if the request's context ends first.
+func Slow(d time.Duration) Fault { return Fault{Delay: d} }
+
+// Hang returns a fault that never answers.
+func Hang() Fault { return Fault{Kind: KindHang} }
+
+// Malformed returns a 200 event stream whose second event's data is not
+// valid JSON, followed by [DONE]. A request with stream=false gets a
+// truncated JSON body.
+func Malformed() Fault { return Fault{Kind: KindMalformed} }
+
+// BadJSON returns a 200 with Content-Type application/json and an HTML body,
+// whether or not the request asked for a stream.
+func BadJSON() Fault { return Fault{Kind: KindBadJSON} }
+
+// WithDelay returns f waiting d before it answers.
+func (f Fault) WithDelay(d time.Duration) Fault {
+	f.Delay = d
+	return f
+}
+
+// WithReply returns f with the reply text.
+func (f Fault) WithReply(text string) Fault {
+	f.Reply = text
+	return f
+}
+
+// String describes the fault for logs, such as "429 rate_limit_exceeded" or
+// "reset after 2 chunks".
+func (f Fault) String() string {
+	var s string
+	switch f.Kind {
+	case KindError:
+		s = strconv.Itoa(f.status())
+		if f.Code != "" {
+			s += " " + f.Code
+		}
+	case KindStreamReset, KindStreamEOF:
+		s = fmt.Sprintf("%s after %d chunks", f.Kind, f.Chunks)
+	default:
+		s = f.Kind.String()
+	}
+	if f.Delay > 0 {
+		s += " after " + f.Delay.String()
+	}
+	return s
+}
+
+func (f Fault) status() int {
+	if f.Status == 0 {
+		return http.StatusInternalServerError
+	}
+	return f.Status
+}
+
+func (f Fault) reply() string {
+	if f.Reply == "" {
+		return DefaultReply
+	}
+	return f.Reply
+}
+
+// ceilDiv returns d/unit rounded up, and 0 for a negative d.
+func ceilDiv(d, unit time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + unit - 1) / unit)
+}
+
+// Script picks the fault for the n-th request the server received (0-based).
+// It is called concurrently when requests arrive concurrently.
+type Script func(n int, req Request) Fault
+
+// Always answers every request with f.
+func Always(f Fault) Script {
+	return func(int, Request) Fault { return f }
+}
+
+// Sequence answers request i with faults[i] and every request after the list
+// with its last fault; an empty sequence always succeeds.
+func Sequence(faults ...Fault) Script {
+	faults = append([]Fault(nil), faults...)
+	return func(n int, _ Request) Fault {
+		switch {
+		case len(faults) == 0:
+			return OK()
+		case n < len(faults):
+			return faults[n]
+		default:
+			return faults[len(faults)-1]
+		}
+	}
+}
+
+// FailFirst answers the first n requests with f and the rest with OK; n <= 0
+// answers every request with f.
+func FailFirst(n int, f Fault) Script {
+	if n <= 0 {
+		return Always(f)
+	}
+	return func(i int, _ Request) Fault {
+		if i < n {
+			return f
+		}
+		return OK()
+	}
+}

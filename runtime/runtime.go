@@ -1,0 +1,201 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/session"
+)
+
+// Agent is what Exec runs: a session, usually.
+type Agent interface {
+	Run(ctx context.Context, prompt string) (session.Message, error)
+}
+
+// AgentFunc adapts a function to Agent.
+type AgentFunc func(ctx context.Context, prompt string) (session.Message, error)
+
+// Run calls f.
+func (f AgentFunc) Run(ctx context.Context, prompt string) (session.Message, error) { return f(ctx, prompt) }
+
+// Config configures a Runtime.
+type Config struct {
+	// Retry is Exec's own retry loop; a zero MaxAttempts means
+	// policies.RuntimeRetry: 3 attempts, 1.5 s then 3 s, and whatever is not
+	// known to be permanent is retried. Its Clock, if nil, is the one in
+	// Options.
+	Retry policies.RetryConfig
+	// SingleOwner makes Exec a single attempt, so that the session alone
+	// owns retrying: the seed's recommendation once the session's retry works.
+	SingleOwner bool
+	// Options configure the runtime layer's tracing and clock.
+	Options []middleware.Option
+}
+
+// Runtime runs agents with the seed's exec loop. It is safe for concurrent use.
+type Runtime struct {
+	agent Agent
+	exec  middleware.Handler[string, session.Message]
+	max   int
+}
+
+// New returns a runtime that runs agent.
+func New(agent Agent, cfg Config) *Runtime {
+	if cfg.Retry.MaxAttempts == 0 {
+		clk := cfg.Retry.Clock
+		cfg.Retry = policies.RuntimeRetry
+		cfg.Retry.Clock = clk
+	}
+	if cfg.SingleOwner {
+		cfg.Retry.MaxAttempts = 1
+	}
+	r := &Runtime{agent: agent, max: cfg.Retry.MaxAttempts}
+	r.exec = middleware.PoliciesWith[string, session.Message]("runtime", cfg.Options, policies.NewRetry[session.Message](cfg.Retry))(r.attempt)
+	return r
+}
+
+// MaxAttempts is Exec's attempt limit.
+func (r *Runtime) MaxAttempts() int { return r.max }
+
+// Exec runs the agent on prompt with the seed's retry loop. A panic in the
+// agent is recovered into a programming error with its stack, never retried.
+// On failure it returns the last attempt's message and an *ExecError.
+func (r *Runtime) Exec(ctx context.Context, prompt string) (session.Message, error) {
+	rec := &recorder{}
+	msg, err := r.exec(context.WithValue(ctx, recorderKey{}, rec), prompt)
+	if err == nil {
+		return msg, nil
+	}
+	attempts := rec.list()
+	var fe *policies.FailedError
+	if !errors.As(err, &fe) {
+		fe = &policies.FailedError{Outcome: policies.OutcomeFailedPermanent, Attempts: len(attempts), Err: err}
+	}
+	if len(attempts) < fe.Attempts {
+		// The last attempt panicked before it could be recorded.
+		attempts = append(attempts, Attempt{N: fe.Attempts, Message: session.ErrorText(fe.Err), Class: fe.Class})
+	}
+	return msg, &ExecError{Reason: reasonOf(fe.Outcome), Attempts: attempts, Diagnosis: fe.Diagnosis, Err: err}
+}
+
+// attempt is one try of Exec, inside the runtime layer.
+func (r *Runtime) attempt(ctx context.Context, prompt string) (session.Message, error) {
+	a, _ := middleware.AttemptFrom(ctx)
+	msg, err := r.agent.Run(ctx, prompt)
+	if err != nil {
+		if rec, ok := ctx.Value(recorderKey{}).(*recorder); ok {
+			rec.add(Attempt{N: a.N, Message: session.ErrorText(err), Class: policies.ClassifyContext(ctx, nil, err).Class, Delay: a.Delay})
+		}
+	}
+	return msg, err
+}
+
+type recorderKey struct{}
+
+type recorder struct {
+	mu       sync.Mutex
+	attempts []Attempt
+}
+
+func (r *recorder) add(a Attempt) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.attempts = append(r.attempts, a)
+}
+
+func (r *recorder) list() []Attempt {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Attempt(nil), r.attempts...)
+}
+
+// Reason is why Exec stopped.
+type Reason string
+
+const (
+	ReasonPermanent Reason = "permanent" // retrying cannot help: a permanent, fatal or programming error
+	ReasonExhausted Reason = "exhausted" // the attempts (or the time before the deadline) ran out
+	ReasonBudget    Reason = "budget"    // the task's retry budget refused a retry
+	ReasonCanceled  Reason = "canceled"  // the caller's context ended
+	ReasonRejected  Reason = "rejected"  // a circuit breaker or bulkhead refused the call
+)
+
+func reasonOf(o policies.Outcome) Reason {
+	switch o {
+	case policies.OutcomeFailedExhausted:
+		return ReasonExhausted
+	case policies.OutcomeBudgetExhausted:
+		return ReasonBudget
+	case policies.OutcomeCanceled:
+		return ReasonCanceled
+	case policies.OutcomeRejected:
+		return ReasonRejected
+	}
+	return ReasonPermanent
+}
+
+// Attempt is one failed attempt of an Exec.
+type Attempt struct {
+	N       int            // from 1
+	Message string         // "<Type>: <message>", secrets redacted
+	Class   policies.Class // what retrying could achieve
+	Delay   time.Duration  // the backoff waited before it
+}
+
+// ExecError is a failed Exec: why it stopped, and every attempt it made.
+type ExecError struct {
+	Reason    Reason
+	Attempts  []Attempt
+	Diagnosis string // the runtime layer's diagnosis, as on its span
+	Err       error  // the runtime layer's error, wrapping the last attempt's
+}
+
+func (e *ExecError) Error() string {
+	var b strings.Builder
+	n := len(e.Attempts)
+	switch e.Reason {
+	case ReasonPermanent:
+		fmt.Fprintf(&b, "exec failed permanently after %s: ", plural(n))
+	case ReasonExhausted:
+		fmt.Fprintf(&b, "exec failed after %s: ", plural(n))
+	case ReasonBudget:
+		fmt.Fprintf(&b, "exec stopped by the task's retry budget after %s: ", plural(n))
+	case ReasonCanceled:
+		fmt.Fprintf(&b, "exec canceled after %s: ", plural(n))
+	default:
+		fmt.Fprintf(&b, "exec %s after %s: ", e.Reason, plural(n))
+	}
+	if n == 1 {
+		b.WriteString(orType(e.Attempts[0].Message))
+		return b.String()
+	}
+	for i, a := range e.Attempts {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "[%d] %s", a.N, orType(a.Message))
+	}
+	return b.String()
+}
+
+func (e *ExecError) Unwrap() error { return e.Err }
+
+func orType(msg string) string {
+	if msg == "" {
+		return "(empty message: the stream dropped)"
+	}
+	return msg
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return fmt.Sprintf("%d attempts", n)
+}

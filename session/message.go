@@ -1,0 +1,170 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+
+	"github.com/retrace-go/retrace/policies"
+)
+
+// Roles of a message.
+const (
+	System    = "system"
+	User      = "user"
+	Assistant = "assistant"
+	ToolRole  = "tool"
+)
+
+// Stop reasons of an assistant message.
+const (
+	StopEnd       = "stop"       // the model finished
+	StopLength    = "length"     // the model hit its output limit
+	StopToolCalls = "tool_calls" // the model asks for tools
+	StopError     = "error"      // the turn failed; ErrorMessage says how
+)
+
+// Message is one entry of the conversation.
+type Message struct {
+	Role       string
+	Content    string
+	ToolCalls  []ToolCall // an assistant's requests for tools
+	ToolCallID string     // a tool result's request
+	Name       string     // a tool result's tool
+	// StopReason says why an assistant message ended: stop, length,
+	// tool_calls, or error.
+	StopReason string
+	// ErrorMessage is a failed turn's "<Type>: <message>" (just "<Type>" when
+	// the message is empty); empty when the provider's stream dropped
+	// without a word.
+	ErrorMessage string
+	Usage        Usage
+}
+
+// ToolCall is a model's request to call a tool.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string // JSON
+}
+
+// Tool is a tool the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  map[string]any // JSON schema
+}
+
+// Usage counts a model call's tokens.
+type Usage struct {
+	InputTokens, OutputTokens int
+}
+
+// Request is one model call.
+type Request struct {
+	Model    string
+	Messages []Message
+	Tools    []Tool
+}
+
+// Delta is a piece of a streaming answer.
+type Delta struct {
+	Text string
+}
+
+// Provider makes streaming model calls. Stream calls onDelta (which may be
+// nil) with each piece of text as it arrives and returns the complete
+// assistant message. It fails with *[StreamError] when the stream breaks
+// after it began, and with a *policies.APIError when the provider answers
+// with an error.
+type Provider interface {
+	Stream(ctx context.Context, req Request, onDelta func(Delta)) (Message, error)
+	// Name is the provider for gen_ai.provider.name, e.g. "openai".
+	Name() string
+}
+
+// StreamError is a stream that broke after it began. A stream that ends
+// without a finish reason (the connection reset, or a clean end before
+// [DONE]) has an empty Message: the seed's dropped stream, which the session
+// retries.
+type StreamError struct {
+	Message string // the provider's own words, if it sent any
+	Err     error  // the cause: a read error, or io.ErrUnexpectedEOF
+}
+
+func (e *StreamError) Error() string { return e.Message }
+func (e *StreamError) Unwrap() error { return e.Err }
+
+// TurnError is a failed turn: the assistant message it became, and why.
+type TurnError struct {
+	Message Message
+	Err     error
+}
+
+func (e *TurnError) Error() string {
+	if e.Message.ErrorMessage == "" {
+		return "stream dropped without a message"
+	}
+	return e.Message.ErrorMessage
+}
+
+func (e *TurnError) Unwrap() error { return e.Err }
+
+// ErrorText formats err as the seed's agent turn does: "<Type>: <message>",
+// just "<Type>" when the message is empty, with secrets redacted. A
+// provider's stream error keeps its own words, possibly none; retrace's own
+// layer errors are looked through to what the provider said.
+func ErrorText(err error) string {
+	err = underlying(err)
+	var te *TurnError
+	if errors.As(err, &te) {
+		return te.Message.ErrorMessage
+	}
+	var se *StreamError
+	if errors.As(err, &se) {
+		return policies.Redact(se.Message)
+	}
+	t := typeName(err)
+	msg := strings.TrimSpace(policies.Redact(err.Error()))
+	if msg == "" {
+		return t
+	}
+	return t + ": " + msg
+}
+
+// underlying strips retrace's layer errors down to what they wrap.
+func underlying(err error) error {
+	for {
+		var fe *policies.FailedError
+		if !errors.As(err, &fe) || fe.Err == nil {
+			return err
+		}
+		err = fe.Err
+	}
+}
+
+// typeName is the short Go type of err's first non-wrapper: APIError,
+// OpError, TimeoutError.
+func typeName(err error) string {
+	for e := err; e != nil; {
+		t := reflect.TypeOf(e)
+		for t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		switch t.String() {
+		case "fmt.wrapError", "fmt.wrapErrors", "url.Error", "policies.FailedError":
+		default:
+			if t.Name() == "errorString" {
+				return "Error"
+			}
+			return t.Name()
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			break
+		}
+		e = u.Unwrap()
+	}
+	return "Error"
+}

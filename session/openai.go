@@ -1,0 +1,194 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+	"github.com/openai/openai-go/v3/shared"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retrace-go/retrace/policies"
+)
+
+// OpenAIConfig configures an OpenAI-compatible provider.
+type OpenAIConfig struct {
+	BaseURL string // e.g. "https://api.openai.com/v1"; empty → the SDK's default
+	APIKey  string // sent as a bearer token; never recorded
+	// SDKRetries turns the SDK's own retries back on (it is 0, off, by
+	// default): a third retry layer, hidden inside each model call, that
+	// multiplies the calls of the two above it.
+	SDKRetries int
+	// HTTPClient, if set, makes the requests (with middleware.Transport in it,
+	// each request is a span).
+	HTTPClient *http.Client
+	// Name is gen_ai.provider.name; empty → "openai".
+	Name string
+}
+
+// OpenAI is a streaming Provider for OpenAI-compatible chat completions.
+type OpenAI struct {
+	client openai.Client
+	name   string
+}
+
+// NewOpenAI returns a provider built on github.com/openai/openai-go/v3, with
+// the SDK's own retries off unless cfg.SDKRetries says otherwise.
+func NewOpenAI(cfg OpenAIConfig) *OpenAI {
+	opts := []option.RequestOption{option.WithMaxRetries(max(cfg.SDKRetries, 0))}
+	if cfg.BaseURL != "" {
+		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
+	}
+	if cfg.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(cfg.APIKey))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "openai"
+	}
+	return &OpenAI{client: openai.NewClient(opts...), name: name}
+}
+
+// Name implements Provider.
+func (p *OpenAI) Name() string { return p.name }
+
+// Stream implements Provider: one streaming chat completion.
+func (p *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta)) (Message, error) {
+	params := openai.ChatCompletionNewParams{
+		Model:         shared.ChatModel(req.Model),
+		Messages:      toOpenAI(req.Messages),
+		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
+	}
+	for _, t := range req.Tools {
+		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{
+			Name: t.Name, Description: openai.String(t.Description), Parameters: shared.FunctionParameters(t.Parameters),
+		}))
+	}
+	var resp *http.Response
+	stream := p.client.Chat.Completions.NewStreaming(ctx, params, option.WithResponseInto(&resp))
+	defer func() { _ = stream.Close() }()
+
+	var (
+		acc     openai.ChatCompletionAccumulator
+		finish  string
+		started = resp != nil && resp.StatusCode < 300
+	)
+	if started {
+		if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" {
+			return Message{}, malformed(fmt.Errorf("expected an event stream, got Content-Type %q", resp.Header.Get("Content-Type")))
+		}
+	}
+	for stream.Next() {
+		chunk := stream.Current()
+		acc.AddChunk(chunk)
+		for _, c := range chunk.Choices {
+			if c.Delta.Content != "" && onDelta != nil {
+				onDelta(Delta{Text: c.Delta.Content})
+			}
+			if c.FinishReason != "" {
+				finish = c.FinishReason
+			}
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return Message{}, p.streamError(ctx, err, started)
+	}
+	if finish == "" {
+		// A clean end before [DONE], or before any finish reason: the stream
+		// dropped without a word.
+		return Message{}, &StreamError{Err: io.ErrUnexpectedEOF}
+	}
+	msg := Message{Role: Assistant, StopReason: finish, Usage: Usage{
+		InputTokens: int(acc.Usage.PromptTokens), OutputTokens: int(acc.Usage.CompletionTokens),
+	}}
+	if len(acc.Choices) > 0 {
+		m := acc.Choices[0].Message
+		msg.Content = m.Content
+		for _, tc := range m.ToolCalls {
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() && acc.Model != "" {
+		span.SetAttributes(GenAIResponseModel.String(acc.Model))
+	}
+	return msg, nil
+}
+
+// streamError maps what the SDK reports to retrace's errors.
+func (p *OpenAI) streamError(ctx context.Context, err error, started bool) error {
+	var api *openai.Error
+	if errors.As(err, &api) {
+		e := &policies.APIError{StatusCode: api.StatusCode, Code: api.Code, Message: api.Message}
+		if e.Code == "" {
+			e.Code = api.Type
+		}
+		if api.Response != nil {
+			e.RetryAfter = policies.ParseRetryAfter(api.Response.Header, time.Now())
+		}
+		return e
+	}
+	var se *ssestream.StreamError
+	if errors.As(err, &se) {
+		return &StreamError{Message: se.Message, Err: err} // the provider's own error event
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syn) || errors.As(err, &typ) {
+		return malformed(err)
+	}
+	if ctx.Err() != nil {
+		return err // the caller's end, or the attempt timeout's
+	}
+	if started {
+		return &StreamError{Err: err} // the stream broke after it began: dropped
+	}
+	return err
+}
+
+// malformed is a provider answer that is not what the protocol says: a
+// gateway's error page, a broken event. Such answers come and go with the
+// gateway, so they are Transient.
+func malformed(err error) error {
+	return &policies.Error{Class: policies.Transient, Type: "malformed_response", Err: fmt.Errorf("malformed response from the provider: %w", err)}
+}
+
+func toOpenAI(msgs []Message) []openai.ChatCompletionMessageParamUnion {
+	out := make([]openai.ChatCompletionMessageParamUnion, 0, len(msgs))
+	for _, m := range msgs {
+		switch m.Role {
+		case System:
+			out = append(out, openai.SystemMessage(m.Content))
+		case User:
+			out = append(out, openai.UserMessage(m.Content))
+		case ToolRole:
+			out = append(out, openai.ToolMessage(m.Content, m.ToolCallID))
+		default:
+			a := openai.ChatCompletionAssistantMessageParam{}
+			if m.Content != "" || len(m.ToolCalls) == 0 {
+				a.Content.OfString = openai.String(m.Content)
+			}
+			for _, tc := range m.ToolCalls {
+				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+						ID:       tc.ID,
+						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: tc.Name, Arguments: strings.TrimSpace(tc.Arguments)},
+					},
+				})
+			}
+			out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
+		}
+	}
+	return out
+}

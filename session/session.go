@@ -1,0 +1,253 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+)
+
+// Config configures a Session. Provider and Model are required.
+type Config struct {
+	Provider Provider
+	Model    string
+	System   string // the system prompt, kept through compaction
+	Tools    []Tool
+	// Retry is the session's automatic retry; a zero MaxAttempts means
+	// policies.SessionRetry (4 attempts, 2 s, 4 s, 8 s, unknown errors not
+	// retried). Its Clock, if nil, is the one in Options.
+	Retry policies.RetryConfig
+	// ModelTimeout bounds each model call, so that a provider that never
+	// answers is cut and retried; 0 → 2 minutes.
+	ModelTimeout time.Duration
+	// ModelPolicies run around each model call, inside the session's retry
+	// (a circuit breaker for the provider, say).
+	ModelPolicies []failsafe.Policy[Message]
+	// ProviderAttempts declares the provider's own retries that retrace does
+	// not drive (an SDK's), so that the worst case counts them.
+	ProviderAttempts int
+	// Compactor shortens the history after a context overflow; nil →
+	// DropOldest.
+	Compactor Compactor
+	// OnDelta, if set, receives the streaming text of each model call.
+	OnDelta func(Delta)
+	// Options configure both layers' tracing and clock.
+	Options []middleware.Option
+}
+
+// Compactor shortens a history that overflowed the model's context. It
+// returns the shorter history, or an error when it cannot shorten it.
+type Compactor func(ctx context.Context, history []Message) ([]Message, error)
+
+// ErrCannotCompact is DropOldest's answer to a history with nothing left to drop.
+var ErrCannotCompact = errors.New("session: cannot compact: nothing but the system prompt and the last user message is left")
+
+// DropOldest drops the oldest half of the turns, keeping the system prompt
+// and everything from the last user message on. It never splits a tool call
+// from its results.
+func DropOldest(_ context.Context, history []Message) ([]Message, error) {
+	lastUser := -1
+	for i, m := range history {
+		if m.Role == User {
+			lastUser = i
+		}
+	}
+	var system, middle []Message
+	for i, m := range history {
+		switch {
+		case m.Role == System:
+			system = append(system, m)
+		case lastUser < 0 || i < lastUser:
+			middle = append(middle, m)
+		}
+	}
+	if len(middle) == 0 {
+		return nil, ErrCannotCompact
+	}
+	cut := (len(middle) + 1) / 2
+	for cut < len(middle) && middle[cut].Role == ToolRole {
+		cut++ // a tool result stays with the call that asked for it
+	}
+	out := append(append([]Message(nil), system...), middle[cut:]...)
+	if lastUser >= 0 {
+		out = append(out, history[lastUser:]...)
+	}
+	return out, nil
+}
+
+// Session is a conversation with a model. Its methods are safe for
+// concurrent use; turns run one at a time.
+type Session struct {
+	cfg   Config
+	run   middleware.Handler[struct{}, Message] // the session layer around one turn
+	model middleware.Handler[Request, Message]  // the model layer around the provider
+
+	mu      sync.Mutex
+	history []Message
+}
+
+// New returns a session.
+func New(cfg Config) (*Session, error) {
+	if cfg.Provider == nil {
+		return nil, errors.New("session: Config.Provider is nil")
+	}
+	if cfg.Model == "" {
+		return nil, errors.New("session: Config.Model is empty")
+	}
+	if cfg.Retry.MaxAttempts == 0 {
+		clk := cfg.Retry.Clock
+		cfg.Retry = policies.SessionRetry
+		cfg.Retry.Clock = clk
+	}
+	if cfg.ModelTimeout <= 0 {
+		cfg.ModelTimeout = 2 * time.Minute
+	}
+	if cfg.Compactor == nil {
+		cfg.Compactor = DropOldest
+	}
+	s := &Session{cfg: cfg}
+	modelOpts := append(append([]middleware.Option{}, cfg.Options...),
+		middleware.WithSpanName("chat "+cfg.Model),
+		middleware.WithSpanKind(trace.SpanKindClient),
+		middleware.WithAttributes(
+			GenAIOperation.String("chat"),
+			GenAIProvider.String(cfg.Provider.Name()),
+			GenAIRequestModel.String(cfg.Model),
+		),
+		middleware.WithInnerAttempts(cfg.ProviderAttempts),
+	)
+	modelPolicies := append([]failsafe.Policy[Message]{policies.NewTimeout[Message](cfg.ModelTimeout, nil)}, cfg.ModelPolicies...)
+	s.model = middleware.PoliciesWith[Request, Message]("model", modelOpts, modelPolicies...)(s.stream)
+	s.run = middleware.PoliciesWith[struct{}, Message]("session", cfg.Options, policies.NewRetry[Message](cfg.Retry))(s.attempt)
+	return s, nil
+}
+
+// History returns a copy of the conversation so far.
+func (s *Session) History() []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Message(nil), s.history...)
+}
+
+// Append adds messages, such as tool results, to the history.
+func (s *Session) Append(msgs ...Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.history = append(s.history, msgs...)
+}
+
+// Run adds the user's prompt and makes the assistant's turn. On failure it
+// returns the turn's error message (StopReason "error") and the error, and
+// leaves the history as it was before the call, so that a caller's retry
+// starts clean.
+func (s *Session) Run(ctx context.Context, prompt string) (Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := len(s.history)
+	s.history = append(s.history, Message{Role: User, Content: prompt})
+	msg, err := s.turn(ctx)
+	if err != nil {
+		s.history = s.history[:before:before]
+	}
+	return msg, err
+}
+
+// Continue makes the assistant's next turn on the history as it is (after
+// tool results, say). On failure the history is left as it was.
+func (s *Session) Continue(ctx context.Context) (Message, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := len(s.history)
+	msg, err := s.turn(ctx)
+	if err != nil {
+		s.history = s.history[:before:before]
+	}
+	return msg, err
+}
+
+// turn runs the session layer; after a context overflow it compacts the
+// history and runs it once more. That run is not a transient retry: it is a
+// second call of the session layer, with its own span.
+func (s *Session) turn(ctx context.Context) (Message, error) {
+	msg, err := s.run(ctx, struct{}{})
+	var fe *policies.FailedError
+	if err == nil || !errors.As(err, &fe) || fe.Class != policies.ContextOverflow {
+		return msg, err
+	}
+	s.popFailed()
+	compacted, cerr := s.cfg.Compactor(ctx, s.history)
+	if cerr != nil {
+		return msg, fmt.Errorf("%w (compaction failed: %w)", err, cerr)
+	}
+	trace.SpanFromContext(ctx).AddEvent("retrace.session.compacted", trace.WithAttributes(
+		attribute.Int("retrace.compaction.messages_before", len(s.history)),
+		attribute.Int("retrace.compaction.messages_after", len(compacted)),
+	))
+	s.history = compacted
+	return s.run(ctx, struct{}{})
+}
+
+// attempt is one try of the turn, inside the session layer's retry.
+func (s *Session) attempt(ctx context.Context, _ struct{}) (Message, error) {
+	s.popFailed() // the failed message must not reach the next request
+	req := Request{Model: s.cfg.Model, Messages: s.request(), Tools: s.cfg.Tools}
+	msg, err := s.model(ctx, req)
+	if err != nil {
+		msg = Message{Role: Assistant, StopReason: StopError, ErrorMessage: ErrorText(err)}
+		s.history = append(s.history, msg)
+		return msg, &TurnError{Message: msg, Err: err}
+	}
+	s.history = append(s.history, msg)
+	return msg, nil
+}
+
+// popFailed removes a trailing failed assistant message.
+func (s *Session) popFailed() {
+	if n := len(s.history); n > 0 && s.history[n-1].Role == Assistant && s.history[n-1].StopReason == StopError {
+		s.history = s.history[: n-1 : n-1]
+	}
+}
+
+// request is the history as the provider sees it: the system prompt first.
+func (s *Session) request() []Message {
+	msgs := make([]Message, 0, len(s.history)+1)
+	if s.cfg.System != "" && (len(s.history) == 0 || s.history[0].Role != System) {
+		msgs = append(msgs, Message{Role: System, Content: s.cfg.System})
+	}
+	return append(msgs, s.history...)
+}
+
+// stream is the model layer's handler: one provider call.
+func (s *Session) stream(ctx context.Context, req Request) (Message, error) {
+	msg, err := s.cfg.Provider.Stream(ctx, req, s.cfg.OnDelta)
+	if err != nil {
+		return msg, err
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(
+			GenAIInputTokens.Int(msg.Usage.InputTokens),
+			GenAIOutputTokens.Int(msg.Usage.OutputTokens),
+			GenAIFinishReasons.StringSlice([]string{msg.StopReason}),
+		)
+	}
+	return msg, nil
+}
+
+// The GenAI semantic-convention attributes of model spans.
+const (
+	GenAIOperation     = attribute.Key("gen_ai.operation.name")
+	GenAIProvider      = attribute.Key("gen_ai.provider.name")
+	GenAIRequestModel  = attribute.Key("gen_ai.request.model")
+	GenAIResponseModel = attribute.Key("gen_ai.response.model")
+	GenAIInputTokens   = attribute.Key("gen_ai.usage.input_tokens")
+	GenAIOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")
+	GenAIFinishReasons = attribute.Key("gen_ai.response.finish_reasons")
+)

@@ -1,0 +1,326 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/session"
+	"github.com/retrace-go/retrace/telemetry"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var epoch = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	srv *faultserver.Server
+	rec *tracetest.SpanRecorder
+	clk *clock.Fake
+	s   *session.Session
+}
+
+// start runs a fault server with script and a session against it through
+// the real openai-go client, on a virtual clock.
+func start(t *testing.T, script faultserver.Script, mod func(*session.Config)) *fixture {
+	t.Helper()
+	srv := faultserver.New(script)
+	require.NoError(t, srv.Start())
+	t.Cleanup(srv.Close)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	clk := clock.NewVirtual(epoch)
+	cfg := session.Config{
+		Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: srv.URL(), APIKey: "sk-test-0123456789abcdefghij"}),
+		Model:    "gpt-test",
+		System:   "You are terse.",
+		Options:  []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := session.New(cfg)
+	require.NoError(t, err)
+	return &fixture{srv: srv, rec: rec, clk: clk, s: s}
+}
+
+func (f *fixture) spans(layer string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range f.rec.Ended() {
+		if v(s, telemetry.Layer) == layer {
+			_, attempt := attr(s, telemetry.Attempt)
+			_, policy := attr(s, telemetry.Policy)
+			if !attempt && !policy {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+func attr(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
+	for _, kv := range s.Attributes() {
+		if kv.Key == k {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+func v(s sdktrace.ReadOnlySpan, k attribute.Key) string {
+	x, _ := attr(s, k)
+	return x.Emit()
+}
+
+func TestStreamingSuccess(t *testing.T) {
+	var deltas []string
+	f := start(t, faultserver.Always(faultserver.Reply("All systems nominal.")), func(c *session.Config) {
+		c.OnDelta = func(d session.Delta) { deltas = append(deltas, d.Text) }
+	})
+	msg, err := f.s.Run(context.Background(), "status?")
+	require.NoError(t, err)
+	assert.Equal(t, "All systems nominal.", msg.Content)
+	assert.Equal(t, session.StopEnd, msg.StopReason)
+	assert.Equal(t, "All systems nominal.", strings.Join(deltas, ""))
+	assert.Greater(t, msg.Usage.InputTokens, 0)
+	assert.Equal(t, 3, msg.Usage.OutputTokens)
+
+	model := f.spans("model")
+	require.Len(t, model, 1)
+	assert.Equal(t, "chat gpt-test", model[0].Name())
+	assert.Equal(t, "chat", v(model[0], session.GenAIOperation))
+	assert.Equal(t, "openai", v(model[0], session.GenAIProvider))
+	assert.Equal(t, "gpt-test", v(model[0], session.GenAIRequestModel))
+	assert.Equal(t, "3", v(model[0], session.GenAIOutputTokens))
+	assert.Equal(t, `["stop"]`, v(model[0], session.GenAIFinishReasons))
+	for _, s := range f.rec.Ended() {
+		for _, kv := range s.Attributes() {
+			assert.NotContains(t, kv.Value.Emit(), "0123456789abcdefghij", "the API key reached a span")
+		}
+	}
+	req := f.srv.Received()[0]
+	assert.Equal(t, []string{"system", "user"}, roles(req.Messages))
+	assert.Equal(t, "Bearer ***ghij", req.Header.Get("Authorization"), "the key was sent (masked in the server's log)")
+	assert.Equal(t, []string{"user", "assistant"}, historyRoles(f.s.History()))
+}
+
+func roles(ms []faultserver.Message) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Role)
+	}
+	return out
+}
+
+func historyRoles(ms []session.Message) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Role)
+	}
+	return out
+}
+
+// The failed assistant message is popped before the retry: the retried
+// request does not contain it.
+func TestFailedMessagePoppedBeforeRetry(t *testing.T) {
+	f := start(t, faultserver.Sequence(faultserver.ServerError(503), faultserver.ServerError(502), faultserver.OK()), nil)
+	f.s.Append(session.Message{Role: session.User, Content: "earlier"}, session.Message{Role: session.Assistant, Content: "earlier answer", StopReason: session.StopEnd})
+
+	_, err := f.s.Run(context.Background(), "now")
+	require.NoError(t, err)
+
+	got := f.srv.Received()
+	require.Len(t, got, 3)
+	for i, r := range got {
+		assert.Equal(t, []string{"system", "user", "assistant", "user"}, roles(r.Messages), "request %d", i)
+		assert.Equal(t, "now", r.Messages[3].Content)
+	}
+	assert.Equal(t, []time.Duration{2 * time.Second, 4 * time.Second}, f.clk.Slept())
+	h := f.s.History()
+	assert.Equal(t, []string{"user", "assistant", "user", "assistant"}, historyRoles(h))
+	for _, m := range h {
+		assert.NotEqual(t, session.StopError, m.StopReason)
+	}
+	attempts := 0
+	for _, s := range f.rec.Ended() {
+		if _, ok := attr(s, telemetry.Attempt); ok && v(s, telemetry.Layer) == "session" {
+			attempts++
+		}
+	}
+	assert.Equal(t, 3, attempts)
+}
+
+// A stream that ends without a finish reason, cleanly or by a reset, is the
+// seed's dropped stream: an error with an empty message, retried.
+func TestDroppedStreamRetried(t *testing.T) {
+	for name, drop := range map[string]faultserver.Fault{
+		"clean end before [DONE]": faultserver.StreamEOF(2),
+		"connection reset":        faultserver.StreamReset(2),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := start(t, faultserver.Sequence(drop, faultserver.OK()), nil)
+			msg, err := f.s.Run(context.Background(), "hi")
+			require.NoError(t, err)
+			assert.Equal(t, faultserver.DefaultReply, msg.Content)
+			assert.Equal(t, 2, f.srv.Requests())
+			attempt := f.rec.Ended()[1] // the first session attempt ended second, after its model span
+			assert.Equal(t, "transient", v(attempt, telemetry.ErrorClass))
+		})
+		t.Run(name+", always", func(t *testing.T) {
+			f := start(t, faultserver.Always(drop), nil)
+			msg, err := f.s.Run(context.Background(), "hi")
+			require.Error(t, err)
+			assert.Equal(t, 4, f.srv.Requests())
+			assert.Equal(t, session.StopError, msg.StopReason)
+			assert.Equal(t, "", msg.ErrorMessage, "a dropped stream has no message")
+			var te *session.TurnError
+			require.ErrorAs(t, err, &te)
+			assert.Empty(t, f.s.History(), "a failed Run leaves the history as it was")
+		})
+	}
+}
+
+func TestContextOverflowCompacts(t *testing.T) {
+	f := start(t, faultserver.Sequence(faultserver.ContextOverflow(), faultserver.OK()), nil)
+	for i := range 4 {
+		f.s.Append(session.Message{Role: session.User, Content: "old question"}, session.Message{Role: session.Assistant, Content: "old answer " + string(rune('a'+i)), StopReason: session.StopEnd})
+	}
+	msg, err := f.s.Run(context.Background(), "latest")
+	require.NoError(t, err)
+	assert.Equal(t, faultserver.DefaultReply, msg.Content)
+	got := f.srv.Received()
+	require.Len(t, got, 2, "one overflow, one call after compaction: no transient retry")
+	assert.Len(t, got[0].Messages, 1+8+1)
+	assert.Len(t, got[1].Messages, 1+4+1, "the oldest half of the turns dropped")
+	assert.Equal(t, "system", got[1].Messages[0].Role, "the system prompt is kept")
+	assert.Equal(t, "latest", got[1].Messages[len(got[1].Messages)-1].Content, "the last user message is kept")
+	assert.Empty(t, f.clk.Slept(), "compaction is not a backoff")
+	sessions := f.spans("session")
+	require.Len(t, sessions, 2)
+	assert.Equal(t, "failed_permanent", v(sessions[0], telemetry.Outcome))
+	assert.Equal(t, "context_overflow", v(sessions[0], telemetry.ErrorClass))
+	assert.Equal(t, "success", v(sessions[1], telemetry.Outcome))
+}
+
+func TestContextOverflowCannotCompact(t *testing.T) {
+	f := start(t, faultserver.Always(faultserver.ContextOverflow()), nil)
+	_, err := f.s.Run(context.Background(), "a very long prompt")
+	require.ErrorIs(t, err, session.ErrCannotCompact)
+	assert.Equal(t, 1, f.srv.Requests())
+}
+
+func TestRetryAfterHonoured(t *testing.T) {
+	f := start(t, faultserver.Sequence(faultserver.RateLimited(5*time.Second), faultserver.OK()), nil)
+	_, err := f.s.Run(context.Background(), "hi")
+	require.NoError(t, err)
+	assert.Equal(t, []time.Duration{5 * time.Second}, f.clk.Slept(), "Retry-After 5 s outweighs the 2 s backoff")
+
+	g := start(t, faultserver.Sequence(faultserver.RateLimitedMs(2500*time.Millisecond), faultserver.OK()), nil)
+	_, err = g.s.Run(context.Background(), "hi")
+	require.NoError(t, err)
+	assert.Equal(t, []time.Duration{2500 * time.Millisecond}, g.clk.Slept())
+}
+
+func TestPermanentAndFatalNotRetried(t *testing.T) {
+	for _, tt := range []struct {
+		fault faultserver.Fault
+		class policies.Class
+		text  string
+	}{
+		{faultserver.InvalidAPIKey(), policies.Permanent, "APIError: 401 invalid_api_key: Incorrect API key provided: sk-[REDACTED]"},
+		{faultserver.InsufficientQuota(), policies.Fatal, "APIError: 429 insufficient_quota: You exceeded your current quota"},
+		{faultserver.InvalidImage(), policies.Permanent, "APIError: 400 invalid_image: Invalid image"},
+	} {
+		t.Run(tt.fault.String(), func(t *testing.T) {
+			f := start(t, faultserver.Always(tt.fault), nil)
+			msg, err := f.s.Run(context.Background(), "hi")
+			require.Error(t, err)
+			assert.Equal(t, 1, f.srv.Requests())
+			assert.Equal(t, tt.class, policies.Classify(err).Class)
+			assert.True(t, strings.HasPrefix(msg.ErrorMessage, tt.text), msg.ErrorMessage)
+			assert.NotContains(t, err.Error(), "sk-test")
+		})
+	}
+}
+
+// Bad input from the provider is a classified error, never a panic.
+func TestMalformedProviderAnswers(t *testing.T) {
+	for name, fault := range map[string]faultserver.Fault{
+		"malformed SSE event": faultserver.Malformed(),
+		"not JSON":            faultserver.BadJSON(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := start(t, faultserver.Always(fault), func(c *session.Config) { c.Retry = policies.RetryConfig{MaxAttempts: 1} })
+			_, err := f.s.Run(context.Background(), "hi")
+			require.Error(t, err)
+			c := policies.Classify(err)
+			assert.Equal(t, policies.Transient, c.Class)
+			assert.Equal(t, "malformed_response", c.Type)
+			assert.Contains(t, err.Error(), "malformed response from the provider")
+		})
+	}
+}
+
+// A provider that never answers is cut by the attempt timeout.
+func TestHangCutByAttemptTimeout(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	clk := clock.NewFake(epoch)
+	f := start(t, func(n int, _ faultserver.Request) faultserver.Fault {
+		arrived <- struct{}{}
+		return faultserver.Hang()
+	}, func(c *session.Config) {
+		c.Retry = policies.RetryConfig{MaxAttempts: 1}
+		c.ModelTimeout = 30 * time.Second
+		c.Options = append(c.Options, middleware.WithClock(clk))
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.s.Run(context.Background(), "hi")
+		done <- err
+	}()
+	<-arrived
+	clk.Advance(30 * time.Second)
+	err := <-done
+	var te *policies.TimeoutError
+	require.ErrorAs(t, err, &te)
+	assert.Equal(t, 30*time.Second, te.After)
+	assert.Equal(t, policies.Transient, policies.Classify(err).Class)
+	model := f.spans("model")
+	require.Len(t, model, 1)
+	assert.Equal(t, "attempt_timeout", v(model[0], telemetry.ErrorType))
+}
+
+func TestNewValidates(t *testing.T) {
+	_, err := session.New(session.Config{Model: "m"})
+	assert.Error(t, err)
+	_, err = session.New(session.Config{Provider: session.NewOpenAI(session.OpenAIConfig{})})
+	assert.Error(t, err)
+}
+
+func TestDropOldest(t *testing.T) {
+	sys := session.Message{Role: session.System, Content: "s"}
+	u := func(c string) session.Message { return session.Message{Role: session.User, Content: c} }
+	a := func(c string) session.Message { return session.Message{Role: session.Assistant, Content: c} }
+	call := session.Message{Role: session.Assistant, ToolCalls: []session.ToolCall{{ID: "1", Name: "search"}}}
+	result := session.Message{Role: session.ToolRole, ToolCallID: "1", Content: "r"}
+	out, err := session.DropOldest(context.Background(), []session.Message{sys, u("1"), call, result, a("2"), u("3")})
+	require.NoError(t, err)
+	// Half of [u1, call, result, a2] is 2; the tool result stays with its call, so 3 go.
+	assert.Equal(t, []session.Message{sys, a("2"), u("3")}, out)
+	_, err = session.DropOldest(context.Background(), []session.Message{sys, u("only")})
+	assert.True(t, errors.Is(err, session.ErrCannotCompact))
+}
