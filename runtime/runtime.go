@@ -22,7 +22,9 @@ type Agent interface {
 type AgentFunc func(ctx context.Context, prompt string) (session.Message, error)
 
 // Run calls f.
-func (f AgentFunc) Run(ctx context.Context, prompt string) (session.Message, error) { return f(ctx, prompt) }
+func (f AgentFunc) Run(ctx context.Context, prompt string) (session.Message, error) {
+	return f(ctx, prompt)
+}
 
 // Config configures a Runtime.
 type Config struct {

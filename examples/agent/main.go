@@ -1,52 +1,167 @@
-// Command agent sends a flaky model call through the seed's two retry
-// layers, a runtime around a session, and prints the trace as a tree.
+// Command agent is retrace's demo: the seed's two retry layers, an agent
+// runtime's exec around its session, against a local fault-injecting
+// OpenAI-compatible server, one scenario per kind of failure. It prints each
+// trace as a tree and a summary that checks the trace's own counts: provider
+// requests = leaf spans = the root's retrace.calls.
+//
+//	go run ./examples/agent                        # every scenario
+//	go run ./examples/agent -scenario always-503   # one
+//	go run ./examples/agent -json                  # one JSON object per scenario
+//	OTEL_EXPORTER_OTLP_ENDPOINT=localhost:4317 go run ./examples/agent   # and export to Jaeger
+//	OPENAI_API_KEY=… go run ./examples/agent -base-url https://api.openai.com/v1 -model gpt-4o-mini
 package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"sync/atomic"
-
-	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/middleware"
-	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry/setup"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
 )
 
 func main() {
-	scale := flag.Float64("time-scale", 0.001, "how fast backoffs pass: 0.001 turns 8 s into 8 ms; 1 is real time")
-	flag.Parse()
-	if err := run(context.Background(), clock.Scaled(*scale)); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		if errors.Is(err, errCheck) {
+			os.Exit(1)
+		}
+		os.Exit(2)
 	}
 }
 
-func run(ctx context.Context, clk clock.Clock) error {
-	shutdown, err := setup.Tracing(ctx, setup.WithConsole(os.Stdout), setup.WithServiceName("retrace-agent"))
+var errCheck = errors.New("a scenario did not show what it should")
+
+type options struct {
+	scenario  string
+	json      bool
+	timeScale float64
+	baseURL   string
+	model     string
+	quiet     bool
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.scenario, "scenario", "", "run one scenario: "+strings.Join(names(), ", "))
+	fs.BoolVar(&o.json, "json", false, "print one JSON object per scenario instead of trees and a table")
+	fs.Float64Var(&o.timeScale, "time-scale", 0.01, "how fast backoffs and cool-downs pass: 0.01 turns 8 s into 80 ms (spans keep the configured delays); 1 is real time")
+	fs.StringVar(&o.baseURL, "base-url", "", "an OpenAI-compatible endpoint to run one live prompt against (key in OPENAI_API_KEY)")
+	fs.StringVar(&o.model, "model", "gpt-4o-mini", "the model")
+	fs.BoolVar(&o.quiet, "quiet", false, "no trees, only the summary")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.timeScale <= 0 {
+		return fmt.Errorf("-time-scale must be above 0, got %v", o.timeScale)
+	}
+	d, err := newDemo(ctx, o, getenv, stderr)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = shutdown(context.Background()) }()
+	defer d.close()
 
-	// A provider that is overloaded for its first five requests.
-	var requests atomic.Int64
-	provider := func(ctx context.Context, prompt string) (string, error) {
-		if requests.Add(1) <= 5 {
-			return "", &policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}
+	if o.baseURL != "" {
+		res, err := d.live(ctx, o.baseURL, getenv("OPENAI_API_KEY"))
+		if err != nil {
+			return err
 		}
-		return "hello from the model", nil
+		if o.json {
+			return json.NewEncoder(stdout).Encode(res)
+		}
+		if !o.quiet {
+			if err := d.tree(stdout, res.TraceID); err != nil {
+				return err
+			}
+		}
+		return d.report(stdout, []result{res})
 	}
-	opts := []middleware.Option{middleware.WithClock(clk)}
-	session := middleware.PoliciesWith[string, string]("session", opts, policies.NewRetry[string](policies.SessionRetry))
-	runtime := middleware.PoliciesWith[string, string]("runtime", opts, policies.NewRetry[string](policies.RuntimeRetry))
-
-	reply, err := runtime(session(provider))(ctx, "say hello")
-	if err != nil {
+	var selected []scenario
+	for _, sc := range scenarios() {
+		if o.scenario == "" || o.scenario == sc.name {
+			selected = append(selected, sc)
+		}
+	}
+	if len(selected) == 0 {
+		return fmt.Errorf("unknown scenario %q; want one of %s", o.scenario, strings.Join(names(), ", "))
+	}
+	var results []result
+	for _, sc := range selected {
+		res, err := d.scenario(ctx, sc)
+		if err != nil {
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		if !o.json && !o.quiet {
+			fmt.Fprintf(stdout, "== %s: %s\n", sc.name, sc.about)
+			if err := d.tree(stdout, res.TraceID); err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout)
+		}
+		if o.json {
+			if err := json.NewEncoder(stdout).Encode(res); err != nil {
+				return err
+			}
+		}
+		results = append(results, res)
+	}
+	if err := d.report(stdout, results); err != nil {
 		return err
 	}
-	fmt.Printf("\nreply: %q after %d provider requests\n", reply, requests.Load())
+	for _, r := range results {
+		if len(r.Problems) > 0 {
+			return errCheck
+		}
+	}
 	return nil
+}
+
+func names() []string {
+	var out []string
+	for _, sc := range scenarios() {
+		out = append(out, sc.name)
+	}
+	return out
+}
+
+// report prints the summary table (unless the output is JSON) and, when
+// spans go to a collector, where to find them.
+func (d *demo) report(w io.Writer, results []result) error {
+	if d.opts.json {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "scenario\tprovider requests\tleaf spans\tretrace.calls\tcheck\t outcome\t diagnosis\t")
+	for _, r := range results {
+		check := "✓"
+		if len(r.Problems) > 0 {
+			check = "✗ " + strings.Join(r.Problems, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t %s\t %s\t\n", r.Scenario, r.ProviderRequests, r.LeafSpans, r.Calls, check, r.Outcome, shorten(r.Diagnosis, 90))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if d.exporting {
+		fmt.Fprintln(w, "\nexported over OTLP; the traces:")
+		for _, r := range results {
+			fmt.Fprintf(w, "  %-20s %s\n", r.Scenario, r.TraceID)
+		}
+	}
+	return nil
+}
+
+func shorten(s string, n int) string {
+	if len([]rune(s)) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
 }

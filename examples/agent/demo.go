@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/runtime"
+	"github.com/retrace-go/retrace/session"
+	"github.com/retrace-go/retrace/telemetry"
+	"github.com/retrace-go/retrace/telemetry/setup"
+)
+
+// result is one scenario's line of the summary, and its JSON object.
+type result struct {
+	Scenario         string   `json:"scenario"`
+	ProviderRequests int      `json:"provider_requests"`
+	LeafSpans        int      `json:"leaf_spans"`
+	Calls            int64    `json:"calls"`
+	WorstCase        int64    `json:"worst_case"`
+	Outcome          string   `json:"outcome"`
+	Diagnosis        string   `json:"diagnosis"`
+	TraceID          string   `json:"trace_id"`
+	WallMs           int64    `json:"wall_ms"`
+	Problems         []string `json:"problems,omitempty"`
+}
+
+type demo struct {
+	opts      options
+	tp        trace.TracerProvider
+	shutdown  func(context.Context) error
+	spans     *store
+	exporting bool
+	clk       clock.Clock
+}
+
+func newDemo(ctx context.Context, o options, getenv func(string) string, stderr io.Writer) (*demo, error) {
+	x, err := setup.ReadEnv(getenv)
+	if err != nil {
+		return nil, err
+	}
+	env := getenv
+	if !x.OTLP && getenv("OTEL_TRACES_EXPORTER") == "" {
+		// The demo prints its own trees; without a collector nothing else
+		// needs the spans.
+		env = func(k string) string {
+			if k == "OTEL_TRACES_EXPORTER" {
+				return "none"
+			}
+			return getenv(k)
+		}
+	}
+	st := &store{byTrace: map[trace.TraceID][]sdktrace.ReadOnlySpan{}}
+	tp, shutdown, err := setup.NewTracerProvider(ctx, setup.WithEnv(env), setup.WithSpanProcessor(st),
+		setup.WithServiceName("retrace-agent"), setup.WithWarnings(stderr), setup.WithConsole(stderr))
+	if err != nil {
+		return nil, err
+	}
+	return &demo{opts: o, tp: tp, shutdown: shutdown, spans: st, exporting: x.OTLP, clk: clock.Scaled(o.timeScale)}, nil
+}
+
+func (d *demo) close() { _ = d.shutdown(context.Background()) }
+
+func (d *demo) middlewareOptions() []middleware.Option {
+	return []middleware.Option{middleware.WithTracerProvider(d.tp), middleware.WithClock(d.clk)}
+}
+
+// scenario runs one scenario against a fresh fault server.
+func (d *demo) scenario(ctx context.Context, sc scenario) (result, error) {
+	srv := faultserver.New(sc.script)
+	if err := srv.Start(); err != nil {
+		return result{}, err
+	}
+	defer srv.Close()
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	defer transport.CloseIdleConnections()
+	hc := &http.Client{Transport: transport}
+	if sc.sdkRetries > 0 {
+		// Each HTTP request a span of its own: the hidden layer shows.
+		hc.Transport = middleware.Transport(transport, "http", d.middlewareOptions())
+	}
+	provider := session.NewOpenAI(session.OpenAIConfig{
+		BaseURL: srv.URL(), APIKey: "sk-demo-0000000000000000", SDKRetries: sc.sdkRetries, HTTPClient: hc,
+	})
+	res, err := d.exec(ctx, sc.name, provider, d.opts.model, sc.history, sc.singleOwner, sc.sdkRetries+1)
+	if err != nil {
+		return res, err
+	}
+	res.ProviderRequests = srv.Requests()
+	res.Problems = check(res, sc.want)
+	return res, nil
+}
+
+// live runs one prompt against a real endpoint.
+func (d *demo) live(ctx context.Context, baseURL, key string) (result, error) {
+	if key == "" {
+		return result{}, errors.New("-base-url needs OPENAI_API_KEY")
+	}
+	counter := &countingTransport{base: http.DefaultTransport}
+	provider := session.NewOpenAI(session.OpenAIConfig{BaseURL: baseURL, APIKey: key, HTTPClient: &http.Client{Transport: counter}})
+	res, err := d.exec(ctx, "live", provider, d.opts.model, nil, false, 1)
+	res.ProviderRequests = int(counter.n.Load())
+	return res, err
+}
+
+// exec runs the seed's chain: runtime.Exec around a session around the
+// provider, and reads the trace it left.
+func (d *demo) exec(ctx context.Context, name string, provider session.Provider, model string, history []session.Message, singleOwner bool, providerAttempts int) (result, error) {
+	opts := d.middlewareOptions()
+	sess, err := session.New(session.Config{
+		Provider: provider, Model: model, System: "You are the on-call assistant. Answer in one sentence.",
+		ProviderAttempts: providerAttempts, Options: opts,
+	})
+	if err != nil {
+		return result{}, err
+	}
+	sess.Append(history...)
+	rt := runtime.New(sess, runtime.Config{SingleOwner: singleOwner, Options: opts})
+
+	start := time.Now()
+	_, _ = rt.Exec(ctx, "Summarise the incident in one sentence.") // the trace tells how it went
+	wall := time.Since(start)
+
+	root, ok := d.spans.lastRoot()
+	if !ok {
+		return result{}, errors.New("no trace was recorded")
+	}
+	id := root.SpanContext().TraceID()
+	res := result{
+		Scenario:  name,
+		TraceID:   id.String(),
+		WallMs:    wall.Milliseconds(),
+		LeafSpans: leafSpans(d.spans.trace(id)),
+		Calls:     attrOf(root, telemetry.Calls).AsInt64(),
+		WorstCase: attrOf(root, telemetry.CallsWorstCase).AsInt64(),
+		Outcome:   attrOf(root, telemetry.Outcome).AsString(),
+		Diagnosis: attrOf(root, telemetry.Diagnosis).AsString(),
+	}
+	return res, nil
+}
+
+// check compares a result with what its scenario must show.
+func check(r result, want expectation) []string {
+	var p []string
+	if r.ProviderRequests != r.LeafSpans || int64(r.LeafSpans) != r.Calls {
+		p = append(p, fmt.Sprintf("requests %d, leaf spans %d and retrace.calls %d differ", r.ProviderRequests, r.LeafSpans, r.Calls))
+	}
+	if r.ProviderRequests != want.requests {
+		p = append(p, fmt.Sprintf("want %d provider requests", want.requests))
+	}
+	if r.Outcome != want.outcome {
+		p = append(p, "want outcome "+want.outcome)
+	}
+	if !strings.HasPrefix(r.Diagnosis, want.diag) {
+		p = append(p, fmt.Sprintf("want a diagnosis that starts %q", want.diag))
+	}
+	return p
+}
+
+func (d *demo) tree(w io.Writer, traceID string) error {
+	id, err := trace.TraceIDFromHex(traceID)
+	if err != nil {
+		return err
+	}
+	return setup.WriteTree(w, d.spans.trace(id))
+}
+
+// leafSpans counts the retrace spans beneath which no other retrace span
+// started: each is one call that reached the provider.
+func leafSpans(spans []sdktrace.ReadOnlySpan) int {
+	parents := map[trace.SpanID]bool{}
+	for _, s := range spans {
+		if isRetrace(s) && s.Parent().IsValid() {
+			parents[s.Parent().SpanID()] = true
+		}
+	}
+	n := 0
+	for _, s := range spans {
+		if isRetrace(s) && !parents[s.SpanContext().SpanID()] {
+			if _, policy := lookup(s, telemetry.Policy); !policy {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func isRetrace(s sdktrace.ReadOnlySpan) bool {
+	_, ok := lookup(s, telemetry.Layer)
+	return ok
+}
+
+func lookup(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
+	for _, kv := range s.Attributes() {
+		if kv.Key == k {
+			return kv.Value, true
+		}
+	}
+	return attribute.Value{}, false
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, k attribute.Key) attribute.Value {
+	v, _ := lookup(s, k)
+	return v
+}
+
+// store keeps every finished span by trace, for the trees and the counts.
+type store struct {
+	mu      sync.Mutex
+	byTrace map[trace.TraceID][]sdktrace.ReadOnlySpan
+	roots   []sdktrace.ReadOnlySpan
+}
+
+func (s *store) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+
+func (s *store) OnEnd(span sdktrace.ReadOnlySpan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := span.SpanContext().TraceID()
+	s.byTrace[id] = append(s.byTrace[id], span)
+	if !span.Parent().IsValid() {
+		s.roots = append(s.roots, span)
+	}
+}
+
+func (s *store) Shutdown(context.Context) error   { return nil }
+func (s *store) ForceFlush(context.Context) error { return nil }
+
+func (s *store) trace(id trace.TraceID) []sdktrace.ReadOnlySpan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sdktrace.ReadOnlySpan(nil), s.byTrace[id]...)
+}
+
+func (s *store) lastRoot() (sdktrace.ReadOnlySpan, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.roots) == 0 {
+		return nil, false
+	}
+	return s.roots[len(s.roots)-1], true
+}
+
+// countingTransport counts the requests a live run makes.
+type countingTransport struct {
+	base http.RoundTripper
+	n    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.base.RoundTrip(r)
+}

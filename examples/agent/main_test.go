@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/retrace-go/retrace/examples/faultserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func noEnv(string) string { return "" }
+
+// Every scenario: provider requests = leaf spans = retrace.calls, with the
+// outcome and diagnosis it must show.
+func TestScenarios(t *testing.T) {
+	d, err := newDemo(context.Background(), options{timeScale: 0.0001, model: "gpt-4o-mini"}, noEnv, &bytes.Buffer{})
+	require.NoError(t, err)
+	defer d.close()
+	for _, sc := range scenarios() {
+		t.Run(sc.name, func(t *testing.T) {
+			res, err := d.scenario(context.Background(), sc)
+			require.NoError(t, err)
+			assert.Equal(t, sc.want.requests, res.ProviderRequests, "provider requests")
+			assert.Equal(t, res.ProviderRequests, res.LeafSpans, "leaf spans")
+			assert.Equal(t, int64(res.ProviderRequests), res.Calls, "retrace.calls")
+			assert.Equal(t, sc.want.outcome, res.Outcome)
+			assert.True(t, strings.HasPrefix(res.Diagnosis, sc.want.diag), "diagnosis %q", res.Diagnosis)
+			assert.Empty(t, res.Problems)
+			assert.Len(t, res.TraceID, 32)
+		})
+	}
+}
+
+func TestWorstCaseShowsTheLayers(t *testing.T) {
+	d, err := newDemo(context.Background(), options{timeScale: 0.0001, model: "m"}, noEnv, &bytes.Buffer{})
+	require.NoError(t, err)
+	defer d.close()
+	want := map[string]int64{"always-503": 12, "single-owner": 4, "hidden-layer": 36}
+	for _, sc := range scenarios() {
+		if w, ok := want[sc.name]; ok {
+			res, err := d.scenario(context.Background(), sc)
+			require.NoError(t, err)
+			assert.Equal(t, w, res.WorstCase, sc.name)
+		}
+	}
+}
+
+func TestJSONOutput(t *testing.T) {
+	var out, errs bytes.Buffer
+	err := run(context.Background(), []string{"-json", "-scenario", "invalid-api-key", "-time-scale", "0.0001"}, noEnv, &out, &errs)
+	require.NoError(t, err, errs.String())
+	var obj map[string]any
+	require.NoError(t, json.Unmarshal(out.Bytes(), &obj), out.String())
+	for _, k := range []string{"scenario", "provider_requests", "leaf_spans", "calls", "outcome", "diagnosis", "trace_id", "wall_ms"} {
+		assert.Contains(t, obj, k)
+	}
+	assert.Equal(t, "invalid-api-key", obj["scenario"])
+	assert.EqualValues(t, 1, obj["provider_requests"])
+	assert.Equal(t, "failed_permanent", obj["outcome"])
+	assert.NotContains(t, out.String(), "sk-demo-0000", "the key never reaches the output")
+}
+
+func TestTreeAndTable(t *testing.T) {
+	var out, errs bytes.Buffer
+	err := run(context.Background(), []string{"-scenario", "stream-drop", "-time-scale", "0.0001"}, noEnv, &out, &errs)
+	require.NoError(t, err, errs.String())
+	s := out.String()
+	assert.Contains(t, s, "== stream-drop:")
+	assert.Contains(t, s, "└─ runtime attempt")
+	assert.Regexp(t, `stream-drop\s+3\s+3\s+3\s+✓\s+success`, s)
+}
+
+func TestBadFlags(t *testing.T) {
+	var out, errs bytes.Buffer
+	assert.ErrorContains(t, run(context.Background(), []string{"-scenario", "nope"}, noEnv, &out, &errs), `unknown scenario "nope"`)
+	assert.ErrorContains(t, run(context.Background(), []string{"-time-scale", "0"}, noEnv, &out, &errs), "-time-scale")
+	assert.ErrorContains(t, run(context.Background(), []string{"-base-url", "http://127.0.0.1:1"}, noEnv, &out, &errs), "OPENAI_API_KEY")
+}
+
+// -base-url runs one live prompt against any OpenAI-compatible endpoint;
+// here the fault server stands in for one.
+func TestLiveAgainstAnEndpoint(t *testing.T) {
+	srv := faultserver.New(faultserver.Sequence(faultserver.ServerError(502), faultserver.Reply("Live and well.")))
+	require.NoError(t, srv.Start())
+	defer srv.Close()
+	env := func(k string) string {
+		if k == "OPENAI_API_KEY" {
+			return "sk-live-0123456789abcdef"
+		}
+		return ""
+	}
+	var out, errs bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"-base-url", srv.URL(), "-time-scale", "0.0001", "-json"}, env, &out, &errs), errs.String())
+	var res result
+	require.NoError(t, json.Unmarshal(out.Bytes(), &res))
+	assert.Equal(t, "live", res.Scenario)
+	assert.Equal(t, 2, res.ProviderRequests)
+	assert.Equal(t, int64(2), res.Calls)
+	assert.Equal(t, "success", res.Outcome)
+	assert.Equal(t, "Bearer ***cdef", srv.Received()[0].Header.Get("Authorization"))
+}
