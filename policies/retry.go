@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -267,7 +268,11 @@ func Diagnose(o Outcome, attempts int, why string, cls Classification, err error
 	case OutcomeFailedPermanent:
 		b.WriteString("failed permanently: ")
 		b.WriteString(brief(err))
-		fmt.Fprintf(&b, " [%s: %s]", cls.Class, cls.Reason)
+		var inner *FailedError
+		if !errors.As(err, &inner) {
+			// The innermost layer says why; the layers above it repeat its words.
+			fmt.Fprintf(&b, " [%s: %s]", cls.Class, cls.Reason)
+		}
 		return b.String()
 	case OutcomeFailedExhausted:
 		fmt.Fprintf(&b, "failed after %s", plural(attempts, "attempt"))

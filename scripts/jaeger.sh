@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Jaeger v2 without Docker: built from the Go module proxy in its own tools
+# module (tools/jaeger, never the library's go.mod), kept between runs, and run
+# with memory storage on 127.0.0.1 only.
+#
+#   scripts/jaeger.sh build   # build once (minutes the first time), print the binary's path
+#   scripts/jaeger.sh run     # run it in the foreground: OTLP gRPC 127.0.0.1:4317, UI http://127.0.0.1:16686
+#
+# The binary is kept in $RETRACE_CACHE (default ~/.cache/retrace).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+version="v1.76.0" # the module version of Jaeger 2.13
+cache="${RETRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/retrace}"
+bin="$cache/jaeger-$version"
+
+build() {
+  if [ -x "$bin" ]; then
+    echo "$bin"
+    return
+  fi
+  mkdir -p "$cache"
+  echo "building Jaeger $version from the Go module proxy (minutes the first time)..." >&2
+  (cd "$root/tools/jaeger" && go build -trimpath -o "$bin.tmp.$$" github.com/jaegertracing/jaeger/cmd/jaeger)
+  mv "$bin.tmp.$$" "$bin"
+  echo "$bin"
+}
+
+case "${1:-}" in
+  build) build ;;
+  run) exec "$(build)" --config "$root/tools/jaeger/config.yaml" ;;
+  path) echo "$bin" ;;
+  *) echo "usage: $0 build|run|path" >&2; exit 2 ;;
+esac
