@@ -393,4 +393,3 @@ func (t *otlpTrace) leafModelSpans() []*span {
 	}
 	return out
 }
-
