@@ -20,7 +20,7 @@ type instruments struct {
 
 var allOutcomes = []policies.Outcome{
 	policies.OutcomeSuccess, policies.OutcomeSuccessAfterRetry, policies.OutcomeFailedPermanent,
-	policies.OutcomeFailedExhausted, policies.OutcomeBudgetExhausted, policies.OutcomeRejected, policies.OutcomeCanceled,
+	policies.OutcomeFailedExhausted, policies.OutcomeBudgetExhausted, policies.OutcomeRejected, policies.OutcomeCanceled, policies.OutcomeStepLimit,
 }
 
 func newInstruments(mp metric.MeterProvider, layer string) *instruments {

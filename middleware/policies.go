@@ -81,6 +81,7 @@ type layer[Req, Resp any] struct {
 	clock         clock.Clock
 	startOpts     []trace.SpanStartOption
 	tracer        atomic.Pointer[tracerFor]
+	gates         []breakerCounts // the breakers inside the retry loop, asked before a retry
 	meter         *instruments
 }
 
@@ -171,6 +172,11 @@ func (l *layer[Req, Resp]) build(next Handler[Req, Resp]) step[Req, Resp] {
 		return l.wrap(l.ps, s)
 	}
 	s = l.wrap(l.ps[l.retryAt+1:], s)
+	for _, p := range l.ps[l.retryAt+1:] {
+		if g, ok := p.(breakerCounts); ok {
+			l.gates = append(l.gates, g)
+		}
+	}
 	s = l.loopStep(s)
 	return l.wrap(l.ps[:l.retryAt], s)
 }
@@ -312,7 +318,10 @@ func (l *layer[Req, Resp]) finalReport(ctx context.Context, c *call[Req, Resp], 
 	}
 	cls := c.classify(ctx, err)
 	var d policies.Decision
+	var oe policies.OutcomeError
 	switch _, rejected := err.(*policies.RejectedError); {
+	case errors.As(err, &oe):
+		d.Outcome = oe.Outcome()
 	case ctx.Err() != nil:
 		d.Outcome = policies.OutcomeCanceled
 	case rejected:
@@ -365,6 +374,17 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 		))
 	}
 	return c.inner(ctx, c, c.req)
+}
+
+// Refusal implements policies.Gate: a breaker inside the retry loop that is
+// open now would refuse the next attempt.
+func (c *call[Req, Resp]) Refusal() *policies.RejectedError {
+	for _, g := range c.l.gates {
+		if g.State() == circuitbreaker.OpenState {
+			return g.Rejection()
+		}
+	}
+	return nil
 }
 
 func (c *call[Req, Resp]) Classify(ctx context.Context, err error) policies.Classification {

@@ -66,6 +66,7 @@ type breakerCounts interface {
 	TryAcquire() (circuitbreaker.State, bool)
 	RecordClass(policies.Class)
 	Rejection() *policies.RejectedError
+	State() circuitbreaker.State
 }
 
 func (l *layer[Req, Resp]) breakerStep(cb circuitbreaker.CircuitBreaker[Resp], next step[Req, Resp]) step[Req, Resp] {

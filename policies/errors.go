@@ -22,7 +22,16 @@ const (
 	OutcomeBudgetExhausted   Outcome = "budget_exhausted" // the task's retry budget refused a retry
 	OutcomeRejected          Outcome = "rejected"         // the layer's own breaker or bulkhead refused the call
 	OutcomeCanceled          Outcome = "canceled"         // the caller's context ended
+	OutcomeStepLimit         Outcome = "step_limit"       // an agent loop reached its MaxSteps: the last cost boundary
 )
+
+// OutcomeError is an error that says which outcome it ends a layer with,
+// such as an agent loop's step limit. A layer that fails with one takes its
+// outcome instead of deriving one from the error's class.
+type OutcomeError interface {
+	error
+	Outcome() Outcome
+}
 
 // Failed reports whether the outcome is a failure.
 func (o Outcome) Failed() bool {

@@ -118,7 +118,7 @@ func (r *Retrier) Classify(ctx context.Context, err error) Classification {
 // from an inner timeout or cancellation, not from the caller: it is Transient.
 func ClassifyContext(ctx context.Context, c *Classifier, err error) Classification {
 	cl := c.Classify(err)
-	if cl.Class == Canceled && ctx.Err() == nil {
+	if cl.Class == Canceled && ctx.Err() == nil && !strings.HasPrefix(cl.Reason, "explicit") {
 		cl.Class, cl.Reason = Transient, "inner timeout or cancellation, not the caller's"
 	}
 	return cl
@@ -142,7 +142,7 @@ func (r *Retrier) Decide(ctx context.Context, clk clock.Clock, n int, cls Classi
 		return Decision{Outcome: OutcomeCanceled}
 	case rejected:
 		return Decision{Outcome: OutcomeRejected}
-	case !(cls.Class == Transient || cls.Class == Unknown && r.cfg.RetryUnknown):
+	case !retryable(cls, r.cfg):
 		return Decision{Outcome: OutcomeFailedPermanent}
 	case n >= r.cfg.MaxAttempts:
 		return Decision{Outcome: OutcomeFailedExhausted}
@@ -164,6 +164,17 @@ func (r *Retrier) Decide(ctx context.Context, clk clock.Clock, n int, cls Classi
 		return Decision{Retry: true, Delay: delay, permit: true}
 	}
 	return Decision{Retry: true, Delay: delay}
+}
+
+func retryable(cls Classification, cfg RetryConfig) bool {
+	return cls.Class == Transient || cls.Class == Unknown && cfg.RetryUnknown
+}
+
+// Gate is implemented by an Attempter that knows, before a retry, whether its
+// next attempt would be refused at once, by a circuit breaker the failed
+// attempt has just opened, say. Do asks it before it backs off.
+type Gate interface {
+	Refusal() *RejectedError
 }
 
 func clockOr(clks ...clock.Clock) clock.Clock {
@@ -235,6 +246,14 @@ func Do[R any](ctx context.Context, r *Retrier, clk clock.Clock, a Attempter[R])
 		}
 		cls := a.Classify(ctx, err)
 		_, rejected := err.(*RejectedError)
+		if g, ok := a.(Gate); ok && !rejected && retryable(cls, r.cfg) && n < r.cfg.MaxAttempts {
+			if refusal := g.Refusal(); refusal != nil {
+				// The next attempt would be refused at once (the failure
+				// just opened the layer's breaker): stop now, without a
+				// backoff and without drawing a retry from the budget.
+				rejected, err = true, errors.Join(refusal, err)
+			}
+		}
 		d := r.Decide(ctx, clk, n, cls, rejected)
 		a.Done(n, err, cls, d)
 		if !d.Retry {
@@ -279,9 +298,11 @@ func Diagnose(o Outcome, attempts int, why string, cls Classification, err error
 	case OutcomeBudgetExhausted:
 		fmt.Fprintf(&b, "retry budget exhausted after %s", plural(attempts, "attempt"))
 	case OutcomeRejected:
-		fmt.Fprintf(&b, "rejected on attempt %d", attempts)
+		fmt.Fprintf(&b, "rejected after %s", plural(attempts, "attempt"))
 	case OutcomeCanceled:
 		fmt.Fprintf(&b, "canceled after %s", plural(attempts, "attempt"))
+	case OutcomeStepLimit:
+		fmt.Fprintf(&b, "stopped at the step limit after %s", plural(attempts, "attempt"))
 	default:
 		b.WriteString(string(o))
 	}

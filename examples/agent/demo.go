@@ -74,6 +74,14 @@ func newDemo(ctx context.Context, o options, getenv func(string) string, stderr 
 
 func (d *demo) close() { _ = d.shutdown(context.Background()) }
 
+// modelTimeout is the per-call timeout on the scaled clock: 2 minutes, and
+// never less than 10 s of wall time, so that a scaled-down run on a busy
+// machine does not cut healthy calls.
+func (d *demo) modelTimeout() time.Duration {
+	wall := float64(10*time.Second) / d.opts.timeScale
+	return max(2*time.Minute, time.Duration(min(wall, float64(1000*time.Hour))))
+}
+
 func (d *demo) middlewareOptions() []middleware.Option {
 	return []middleware.Option{middleware.WithTracerProvider(d.tp), middleware.WithClock(d.clk)}
 }
@@ -122,7 +130,7 @@ func (d *demo) exec(ctx context.Context, name string, provider session.Provider,
 	opts := d.middlewareOptions()
 	sess, err := session.New(session.Config{
 		Provider: provider, Model: model, System: "You are the on-call assistant. Answer in one sentence.",
-		ProviderAttempts: providerAttempts, Options: opts,
+		ProviderAttempts: providerAttempts, Options: opts, ModelTimeout: d.modelTimeout(),
 	})
 	if err != nil {
 		return result{}, err

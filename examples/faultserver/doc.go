@@ -32,5 +32,22 @@
 //	defer srv.Close()
 //	// point an OpenAI client at srv.URL(), then check srv.Requests()
 //
+// A success may answer with tool calls instead of, or after, its text (see
+// [CallTools] and [Fault.WithToolCalls]), so that a script can play a
+// tool-using model: it reads the request's messages, such as the content of
+// the last tool message, and the names of the tools the request offers
+// ([Request.Tools]), and decides whether to call a tool or to answer. Tool
+// calls are streamed the way OpenAI streams them, one chunk with each call's
+// ID and name followed by chunks with pieces of its arguments, and the answer
+// ends with finish_reason "tool_calls".
+//
+//	srv := faultserver.New(func(n int, req faultserver.Request) faultserver.Fault {
+//		if m := req.Messages; len(m) > 0 && m[len(m)-1].Role == "tool" {
+//			return faultserver.Reply("The docs say: " + m[len(m)-1].Content)
+//		}
+//		return faultserver.CallTools(faultserver.ToolCall{
+//			Name: "search_docs", Arguments: `{"query":"retry budget"}`})
+//	})
+//
 // The command in cmd/faultserver runs the same server from the command line.
 package faultserver

@@ -3,7 +3,9 @@ package faultserver
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -14,16 +16,18 @@ const DefaultReply = "Hello from the fault server."
 type Kind int
 
 const (
-	// KindOK answers with a successful completion of Fault.Reply.
+	// KindOK answers with a successful completion of Fault.Reply and
+	// Fault.ToolCalls.
 	KindOK Kind = iota
 	// KindError answers with Fault.Status and an OpenAI error body made of
 	// Fault.Code, Fault.Type and Fault.Message.
 	KindError
-	// KindStreamReset sends the status, the headers and Fault.Chunks content
-	// chunks, then resets the TCP connection.
+	// KindStreamReset sends the status, the headers and the first
+	// Fault.Chunks chunks of the answer, then resets the TCP connection.
 	KindStreamReset
-	// KindStreamEOF sends the status, the headers and Fault.Chunks content
-	// chunks, then ends the body cleanly without a finish chunk or [DONE].
+	// KindStreamEOF sends the status, the headers and the first Fault.Chunks
+	// chunks of the answer, then ends the body cleanly without a finish
+	// chunk or [DONE].
 	KindStreamEOF
 	// KindHang never answers; the handler returns when the request's context
 	// ends.
@@ -63,8 +67,15 @@ type Fault struct {
 	// Kind selects the behaviour.
 	Kind Kind
 	// Reply is the text of a success and of the chunks that KindStreamReset,
-	// KindStreamEOF and KindMalformed send; empty means DefaultReply.
+	// KindStreamEOF and KindMalformed send. Empty means DefaultReply when
+	// there are no ToolCalls, and no text at all when there are.
 	Reply string
+	// ToolCalls are the tool calls of the answer, sent after its text with
+	// finish_reason "tool_calls". An empty ID is sent as call_N_I, where N is
+	// the request's index and I the call's; an empty Type as "function"; an
+	// empty Arguments as "{}". A stream sends each call as a chunk with its
+	// ID, type and name, then its arguments in up to three pieces.
+	ToolCalls []ToolCall
 	// Status, Code, Type and Message make the error answer of KindError. An
 	// empty Code is sent as null; a zero Status is sent as 500.
 	Status  int
@@ -73,8 +84,9 @@ type Fault struct {
 	Message string
 	// Header holds extra headers for the answer, such as Retry-After.
 	Header http.Header
-	// Chunks is how many content chunks KindStreamReset and KindStreamEOF
-	// send before the stream is cut (at most as many as the reply has).
+	// Chunks is how many chunks of the answer KindStreamReset and
+	// KindStreamEOF send before the stream is cut (at most as many as the
+	// answer has): the content chunks first, then the tool-call chunks.
 	Chunks int
 	// Delay is how long the server waits before answering, multiplied by
 	// the server's time scale. The wait ends when the request's context ends,
@@ -87,6 +99,10 @@ func OK() Fault { return Fault{} }
 
 // Reply returns a success whose reply is text.
 func Reply(text string) Fault { return Fault{Reply: text} }
+
+// CallTools returns a success whose answer is the given tool calls, without
+// text, as a model that wants the agent to run tools answers.
+func CallTools(calls ...ToolCall) Fault { return Fault{ToolCalls: slices.Clone(calls)} }
 
 // Status returns an error answer with the given HTTP status and OpenAI error
 // code, type and message.
@@ -196,11 +212,24 @@ func (f Fault) WithReply(text string) Fault {
 	return f
 }
 
-// String describes the fault for logs, such as "429 rate_limit_exceeded" or
-// "reset after 2 chunks".
+// WithToolCalls returns f with the tool calls, replacing any it had. Added
+// to OK or Reply it makes a success that calls tools; added to StreamReset,
+// StreamEOF or Malformed it makes a stream of tool calls that breaks.
+func (f Fault) WithToolCalls(calls ...ToolCall) Fault {
+	f.ToolCalls = slices.Clone(calls)
+	return f
+}
+
+// String describes the fault for logs, such as "429 rate_limit_exceeded",
+// "reset after 2 chunks" or "tool calls: search_docs".
 func (f Fault) String() string {
 	var s string
 	switch f.Kind {
+	case KindOK:
+		s = f.Kind.String()
+		if len(f.ToolCalls) > 0 {
+			s = "tool calls: " + f.toolNames()
+		}
 	case KindError:
 		s = strconv.Itoa(f.status())
 		if f.Code != "" {
@@ -210,6 +239,9 @@ func (f Fault) String() string {
 		s = fmt.Sprintf("%s after %d chunks", f.Kind, f.Chunks)
 	default:
 		s = f.Kind.String()
+	}
+	if f.Kind != KindOK && f.answers() && len(f.ToolCalls) > 0 {
+		s += " (tool calls: " + f.toolNames() + ")"
 	}
 	if f.Delay > 0 {
 		s += " after " + f.Delay.String()
@@ -224,11 +256,49 @@ func (f Fault) status() int {
 	return f.Status
 }
 
-func (f Fault) reply() string {
-	if f.Reply == "" {
+// answers reports whether the fault sends (part of) an answer.
+func (f Fault) answers() bool {
+	switch f.Kind {
+	case KindOK, KindStreamReset, KindStreamEOF, KindMalformed:
+		return true
+	}
+	return false
+}
+
+// toolNames returns the names of the fault's tool calls, comma-separated.
+func (f Fault) toolNames() string {
+	names := make([]string, len(f.ToolCalls))
+	for i, c := range f.ToolCalls {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// text returns the text of the answer.
+func (f Fault) text() string {
+	if f.Reply == "" && len(f.ToolCalls) == 0 {
 		return DefaultReply
 	}
 	return f.Reply
+}
+
+// toolCalls returns the tool calls of the answer to request n with the
+// defaults filled in.
+func (f Fault) toolCalls(n int) []ToolCall {
+	calls := slices.Clone(f.ToolCalls)
+	for i := range calls {
+		c := &calls[i]
+		if c.ID == "" {
+			c.ID = fmt.Sprintf("call_%d_%d", n, i)
+		}
+		if c.Type == "" {
+			c.Type = "function"
+		}
+		if c.Arguments == "" {
+			c.Arguments = "{}"
+		}
+	}
+	return calls
 }
 
 // ceilDiv returns d/unit rounded up, and 0 for a negative d.

@@ -20,6 +20,10 @@ type Request struct {
 	Model    string
 	Messages []Message
 	Stream   bool
+	// Tools are the names of the tools the request offers, in order: the
+	// function name of each function tool (and the name of each custom
+	// tool) of its tools array.
+	Tools []string
 	// IncludeUsage is stream_options.include_usage.
 	IncludeUsage bool
 	// Header holds the request's headers with the value of Authorization,
@@ -34,20 +38,30 @@ type Request struct {
 
 // Message is one message of a request.
 type Message struct {
+	// Role is system, developer, user, assistant or tool.
 	Role string
 	// Content is the text of the message: a string content as is, or the
 	// text parts of an array content joined by newlines.
-	Content    string
-	ToolCalls  []ToolCall
+	Content string
+	// ToolCalls are the tool calls of an assistant message.
+	ToolCalls []ToolCall
+	// ToolCallID is the ID of the call that a tool message answers.
 	ToolCallID string
-	Name       string
+	// Name is the message's optional name field.
+	Name string
 }
 
-// ToolCall is a tool call of an assistant message.
+// ToolCall is a tool call: one of an assistant message in a request, or one
+// that a [Fault] answers with.
 type ToolCall struct {
-	ID        string
-	Type      string
-	Name      string
+	// ID identifies the call; the tool message that answers it carries it
+	// as its ToolCallID.
+	ID string
+	// Type is "function".
+	Type string
+	// Name is the name of the function to call.
+	Name string
+	// Arguments is the JSON text of the function's arguments.
 	Arguments string
 }
 
@@ -57,16 +71,28 @@ func (r Request) clone() Request {
 	for i := range r.Messages {
 		r.Messages[i].ToolCalls = slices.Clone(r.Messages[i].ToolCalls)
 	}
+	r.Tools = slices.Clone(r.Tools)
 	r.Header = r.Header.Clone()
 	r.Body = bytes.Clone(r.Body)
 	return r
 }
 
-// promptTokens counts the whitespace-separated words of all message contents.
+// promptTokens counts the whitespace-separated words of all message contents
+// and tool-call arguments.
 func (r Request) promptTokens() int {
 	n := 0
 	for _, m := range r.Messages {
-		n += len(strings.Fields(m.Content))
+		n += words(m.Content, m.ToolCalls)
+	}
+	return n
+}
+
+// words counts the whitespace-separated words of text and of the calls'
+// arguments.
+func words(text string, calls []ToolCall) int {
+	n := len(strings.Fields(text))
+	for _, c := range calls {
+		n += len(strings.Fields(c.Arguments))
 	}
 	return n
 }
@@ -78,21 +104,35 @@ type wireRequest struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	Tools []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"`
+		Custom *struct {
+			Name string `json:"name"`
+		} `json:"custom"`
+	} `json:"tools"`
 }
 
 type wireMessage struct {
-	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"`
-	ToolCalls []struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	} `json:"tool_calls"`
-	ToolCallID string `json:"tool_call_id"`
-	Name       string `json:"name"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  []wireToolCall  `json:"tool_calls"`
+	ToolCallID string          `json:"tool_call_id"`
+	Name       string          `json:"name"`
+}
+
+// wireToolCall is a tool call as a request and a chat.completion carry it.
+type wireToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+type wireFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 // decode fills r from body, or sets r.Err.
@@ -109,6 +149,14 @@ func (r *Request) decode(body []byte) {
 	}
 	r.Model, r.Stream = w.Model, w.Stream
 	r.IncludeUsage = w.StreamOptions != nil && w.StreamOptions.IncludeUsage
+	for _, t := range w.Tools {
+		switch {
+		case t.Function != nil:
+			r.Tools = append(r.Tools, t.Function.Name)
+		case t.Custom != nil:
+			r.Tools = append(r.Tools, t.Custom.Name)
+		}
+	}
 	for i, wm := range w.Messages {
 		content, err := decodeContent(wm.Content)
 		if err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strings"
 	"time"
 	"unicode"
 )
@@ -52,8 +51,23 @@ type usage struct {
 }
 
 type delta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []toolCallDelta `json:"tool_calls,omitempty"`
+}
+
+// toolCallDelta is a piece of a streamed tool call: the first piece of a
+// call carries its ID, type and name, the next ones pieces of its arguments.
+type toolCallDelta struct {
+	Index    int           `json:"index"`
+	ID       string        `json:"id,omitempty"`
+	Type     string        `json:"type,omitempty"`
+	Function functionDelta `json:"function"`
+}
+
+type functionDelta struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type chunkChoice struct {
@@ -72,8 +86,9 @@ type chunk struct {
 }
 
 type message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"`
+	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
 }
 
 type choice struct {
@@ -109,7 +124,7 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 		w.Header()[k] = append([]string(nil), vs...)
 	}
 	st := stream{w: w, rc: http.NewResponseController(w), req: req, id: fmt.Sprintf("chatcmpl-%d", req.Index), created: time.Now().Unix()}
-	reply := f.reply()
+	a := answer{text: f.text(), calls: f.toolCalls(req.Index)}
 	switch f.Kind {
 	case KindError:
 		writeError(w, f.status(), f)
@@ -126,22 +141,21 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 			return
 		}
 		st.begin()
-		pieces := ReplyChunks(reply)
-		if st.content(pieces[0], true) != nil || st.raw(`{"id": "x", "choices": [`) != nil {
+		if st.delta(a.deltas()[0]) != nil || st.raw(`{"id": "x", "choices": [`) != nil {
 			return
 		}
 		_ = st.raw("[DONE]")
 	case KindStreamReset, KindStreamEOF:
 		if req.Stream {
 			st.begin()
-			for i, p := range ReplyChunks(reply) {
-				if i >= f.Chunks || st.content(p, i == 0) != nil {
+			for i, d := range a.deltas() {
+				if i >= f.Chunks || st.delta(d) != nil {
 					break
 				}
 			}
 		} else {
 			w.Header().Set("Content-Type", "application/json")
-			b := st.completion(reply)
+			b := st.completion(a)
 			_, _ = w.Write(b[:len(b)/2])
 			_ = st.rc.Flush()
 		}
@@ -151,28 +165,82 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 	default:
 		if !req.Stream {
 			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(st.completion(reply))
+			_, _ = w.Write(st.completion(a))
 			return
 		}
 		st.begin()
-		for i, p := range ReplyChunks(reply) {
-			if st.content(p, i == 0) != nil {
+		for _, d := range a.deltas() {
+			if st.delta(d) != nil {
 				return
 			}
 		}
-		stop := "stop"
-		if st.event(chunk{Choices: []chunkChoice{{FinishReason: &stop}}}) != nil {
+		reason := a.finishReason()
+		if st.event(chunk{Choices: []chunkChoice{{FinishReason: &reason}}}) != nil {
 			return
 		}
 		if req.IncludeUsage {
-			u := usage{PromptTokens: req.promptTokens(), CompletionTokens: len(strings.Fields(reply))}
-			u.TotalTokens = u.PromptTokens + u.CompletionTokens
+			u := st.usageOf(a)
 			if st.event(chunk{Choices: []chunkChoice{}, Usage: &u}) != nil {
 				return
 			}
 		}
 		_ = st.raw("[DONE]")
 	}
+}
+
+// answer is what a success says: a text, tool calls, or both.
+type answer struct {
+	text  string
+	calls []ToolCall // with their defaults filled in
+}
+
+// deltas returns the deltas that stream the answer, at least one: a content
+// delta for each piece of the text (none for an empty text followed by tool
+// calls), then for each tool call a delta with its ID, type, name and empty
+// arguments followed by deltas with pieces of its arguments. The first delta
+// carries the role.
+func (a answer) deltas() []delta {
+	var ds []delta
+	if a.text != "" || len(a.calls) == 0 {
+		for _, p := range ReplyChunks(a.text) {
+			ds = append(ds, delta{Content: &p})
+		}
+	}
+	for i, c := range a.calls {
+		ds = append(ds, delta{ToolCalls: []toolCallDelta{{Index: i, ID: c.ID, Type: c.Type, Function: functionDelta{Name: c.Name}}}})
+		for _, p := range argumentChunks(c.Arguments) {
+			ds = append(ds, delta{ToolCalls: []toolCallDelta{{Index: i, Function: functionDelta{Arguments: p}}}})
+		}
+	}
+	ds[0].Role = "assistant"
+	return ds
+}
+
+// finishReason returns "tool_calls" for an answer with tool calls and "stop"
+// otherwise.
+func (a answer) finishReason() string {
+	if len(a.calls) > 0 {
+		return "tool_calls"
+	}
+	return "stop"
+}
+
+// argumentChunks splits arguments at rune boundaries into up to three
+// non-empty pieces of about equal length that concatenate to it.
+func argumentChunks(arguments string) []string {
+	runes := []rune(arguments)
+	n := min(3, len(runes))
+	if n == 0 {
+		return []string{""}
+	}
+	pieces := make([]string, 0, n)
+	start := 0
+	for i := 1; i <= n; i++ {
+		end := len(runes) * i / n
+		pieces = append(pieces, string(runes[start:end]))
+		start = end
+	}
+	return pieces
 }
 
 // reset hijacks the connection and closes it with a TCP reset.
@@ -205,12 +273,8 @@ func (st *stream) begin() {
 	_ = st.rc.Flush()
 }
 
-// content sends a content chunk; the first also carries the role.
-func (st *stream) content(text string, first bool) error {
-	d := delta{Content: &text}
-	if first {
-		d.Role = "assistant"
-	}
+// delta sends a chunk with d.
+func (st *stream) delta(d delta) error {
 	return st.event(chunk{Choices: []chunkChoice{{Delta: d}}})
 }
 
@@ -232,14 +296,27 @@ func (st *stream) raw(data string) error {
 	return st.rc.Flush()
 }
 
-// completion returns the chat.completion body for reply.
-func (st *stream) completion(reply string) []byte {
-	u := usage{PromptTokens: st.req.promptTokens(), CompletionTokens: len(strings.Fields(reply))}
+// usageOf returns the token usage of the request and its answer a.
+func (st *stream) usageOf(a answer) usage {
+	u := usage{PromptTokens: st.req.promptTokens(), CompletionTokens: words(a.text, a.calls)}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// completion returns the chat.completion body for a; its content is null
+// when a has no text.
+func (st *stream) completion(a answer) []byte {
+	m := message{Role: "assistant"}
+	if a.text != "" || len(a.calls) == 0 {
+		m.Content = &a.text
+	}
+	for _, c := range a.calls {
+		m.ToolCalls = append(m.ToolCalls, wireToolCall{ID: c.ID, Type: c.Type, Function: wireFunction{Name: c.Name, Arguments: c.Arguments}})
+	}
 	b, _ := json.Marshal(completion{
 		ID: st.id, Object: "chat.completion", Created: st.created, Model: st.req.Model,
-		Choices: []choice{{Message: message{Role: "assistant", Content: reply}, FinishReason: "stop"}},
-		Usage:   u,
+		Choices: []choice{{Message: m, FinishReason: a.finishReason()}},
+		Usage:   st.usageOf(a),
 	})
 	return append(b, '\n')
 }

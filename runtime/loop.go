@@ -1,0 +1,111 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/session"
+)
+
+// Conversation is what an agent loop talks to: a *session.Session.
+type Conversation interface {
+	Run(ctx context.Context, prompt string) (session.Message, error)
+	Continue(ctx context.Context) (session.Message, error)
+	Append(msgs ...session.Message)
+}
+
+// Tools answers a model's tool calls: a *tool.Box.
+type Tools interface {
+	Invoke(ctx context.Context, call session.ToolCall) session.Message
+}
+
+// DefaultMaxSteps is the seed's MAX_STEPS.
+const DefaultMaxSteps = 40
+
+// Loop is a tool-using agent: the model's turn, the tools it asks for, and
+// again, until the model answers or the loop reaches MaxSteps, the last cost
+// boundary (it does not replace error handling; it bounds what is left).
+type Loop struct {
+	Session  Conversation
+	Tools    Tools
+	MaxSteps int // model turns; 0 → DefaultMaxSteps
+	// Options configure the loop's span (retrace.layer=agent).
+	Options []middleware.Option
+
+	once sync.Once
+	run  middleware.Handler[string, LoopResult]
+}
+
+// LoopResult is how a loop went.
+type LoopResult struct {
+	Answer    session.Message // the model's last message
+	Steps     int             // model turns
+	ToolCalls int             // tool calls answered
+}
+
+// ErrStepLimit is matched (errors.Is) by a loop that reached its step
+// limit. It is Fatal: no layer above retries a task that used up its steps.
+var ErrStepLimit = &policies.Error{Class: policies.Fatal, Type: "step_limit", Err: errors.New("the agent loop reached its step limit")}
+
+// StepLimitError is a loop that reached MaxSteps without an answer. Its
+// layer's outcome is step_limit.
+type StepLimitError struct {
+	MaxSteps  int
+	ToolCalls int
+	Last      session.Message
+}
+
+func (e *StepLimitError) Error() string {
+	return fmt.Sprintf("the agent loop reached its step limit of %d turns (%d tool calls) without an answer", e.MaxSteps, e.ToolCalls)
+}
+
+func (e *StepLimitError) Unwrap() error { return ErrStepLimit }
+
+// Outcome implements policies.OutcomeError.
+func (e *StepLimitError) Outcome() policies.Outcome { return policies.OutcomeStepLimit }
+
+// Run runs the loop on prompt.
+func (l *Loop) Run(ctx context.Context, prompt string) (LoopResult, error) {
+	l.once.Do(func() {
+		opts := append([]middleware.Option{middleware.WithSpanName("invoke_agent")}, l.Options...)
+		l.run = middleware.PoliciesWith[string, LoopResult]("agent", opts)(l.loop)
+	})
+	return l.run(ctx, prompt)
+}
+
+func (l *Loop) loop(ctx context.Context, prompt string) (LoopResult, error) {
+	maxSteps := l.MaxSteps
+	if maxSteps <= 0 {
+		maxSteps = DefaultMaxSteps
+	}
+	var res LoopResult
+	for step := 1; ; step++ {
+		var (
+			msg session.Message
+			err error
+		)
+		if step == 1 {
+			msg, err = l.Session.Run(ctx, prompt)
+		} else {
+			msg, err = l.Session.Continue(ctx)
+		}
+		res.Steps, res.Answer = step, msg
+		if err != nil {
+			return res, err
+		}
+		if len(msg.ToolCalls) == 0 {
+			return res, nil
+		}
+		for _, call := range msg.ToolCalls {
+			l.Session.Append(l.Tools.Invoke(ctx, call))
+			res.ToolCalls++
+		}
+		if step >= maxSteps {
+			return res, &StepLimitError{MaxSteps: maxSteps, ToolCalls: res.ToolCalls, Last: msg}
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package runtime_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/runtime"
+	"github.com/retrace-go/retrace/session"
+	"github.com/retrace-go/retrace/telemetry"
+	"github.com/retrace-go/retrace/tool"
+)
+
+type lookup struct {
+	Query string `json:"query"`
+}
+
+// loopFixture is a tool-using model played by the fault server, through the
+// real openai-go client, and a box with one tool.
+func loopFixture(t *testing.T, script faultserver.Script, maxSteps int) (*runtime.Loop, *faultserver.Server, *tracetest.SpanRecorder) {
+	t.Helper()
+	srv := faultserver.New(script)
+	require.NoError(t, srv.Start())
+	t.Cleanup(srv.Close)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	clk := clock.NewVirtual(epoch)
+	opts := []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}
+	box := tool.NewBox(tool.New("search_docs", func(_ context.Context, q lookup) (string, error) {
+		return "runbook for " + q.Query, nil
+	}, tool.Config{Clock: clk, Options: opts}))
+	sess, err := session.New(session.Config{
+		Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: srv.URL(), APIKey: "sk-test"}),
+		Model:    "gpt-test", Tools: box.Specs(), Options: opts,
+	})
+	require.NoError(t, err)
+	return &runtime.Loop{Session: sess, Tools: box, MaxSteps: maxSteps, Options: opts}, srv, rec
+}
+
+func lastTool(req faultserver.Request) (faultserver.Message, bool) {
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" {
+		return req.Messages[n-1], true
+	}
+	return faultserver.Message{}, false
+}
+
+func TestLoopCallsToolsThenAnswers(t *testing.T) {
+	loop, srv, rec := loopFixture(t, func(n int, req faultserver.Request) faultserver.Fault {
+		if m, ok := lastTool(req); ok {
+			return faultserver.Reply("Found: " + m.Content)
+		}
+		return faultserver.CallTools(faultserver.ToolCall{Name: "search_docs", Arguments: `{"query":"429 storm"}`})
+	}, 0)
+
+	res, err := loop.Run(context.Background(), "What does the runbook say?")
+	require.NoError(t, err)
+	assert.Equal(t, "Found: runbook for 429 storm", res.Answer.Content)
+	assert.Equal(t, 2, res.Steps)
+	assert.Equal(t, 1, res.ToolCalls)
+	assert.Equal(t, []string{"search_docs"}, srv.Received()[0].Tools, "the tools were offered to the model")
+	second := srv.Received()[1].Messages
+	assert.Equal(t, "tool", second[len(second)-1].Role)
+	assert.Equal(t, "search_docs", second[len(second)-2].ToolCalls[0].Name)
+
+	var root sdktrace.ReadOnlySpan
+	names := map[string]int{}
+	for _, s := range rec.Ended() {
+		names[s.Name()]++
+		if !s.Parent().IsValid() {
+			root = s
+		}
+	}
+	require.NotNil(t, root)
+	assert.Equal(t, "invoke_agent", root.Name())
+	assert.Equal(t, 1, names["execute_tool search_docs"])
+	assert.Equal(t, 2, names["chat gpt-test"])
+	assert.Contains(t, root.Attributes(), telemetry.Calls.Int64(3), "2 model calls and 1 tool call")
+}
+
+func TestLoopStepLimit(t *testing.T) {
+	loop, srv, rec := loopFixture(t, faultserver.Always(faultserver.CallTools(faultserver.ToolCall{Name: "search_docs", Arguments: `{"query":"again"}`})), 3)
+
+	res, err := loop.Run(context.Background(), "loop forever")
+	require.ErrorIs(t, err, runtime.ErrStepLimit)
+	var sl *runtime.StepLimitError
+	require.ErrorAs(t, err, &sl)
+	assert.Equal(t, 3, sl.MaxSteps)
+	assert.Equal(t, 3, res.ToolCalls)
+	assert.Equal(t, 3, srv.Requests())
+	assert.Equal(t, policies.Fatal, policies.Classify(err).Class, "no layer above retries a loop that used up its steps")
+	for _, s := range rec.Ended() {
+		if !s.Parent().IsValid() {
+			assert.Contains(t, s.Attributes(), telemetry.Outcome.String("step_limit"))
+			assert.Contains(t, s.Attributes(), attribute.String("retrace.diagnosis",
+				"stopped at the step limit after 1 attempt: the agent loop reached its step limit of 3 turns (3 tool calls) without an answer"))
+		}
+	}
+}
+
+func TestLoopSessionFailure(t *testing.T) {
+	loop, _, _ := loopFixture(t, faultserver.Always(faultserver.InvalidAPIKey()), 0)
+	_, err := loop.Run(context.Background(), "hi")
+	require.Error(t, err)
+	assert.True(t, strings.Contains(err.Error(), "invalid_api_key"), err.Error())
+}

@@ -1,0 +1,185 @@
+package runtime_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/runtime"
+)
+
+// memStore is a Store a user might back with a database.
+type memStore struct {
+	mu    sync.Mutex
+	data  map[string][]byte
+	saves int
+}
+
+func (m *memStore) Load(_ context.Context, id string) (*runtime.Checkpoint, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.data[id]
+	if !ok {
+		return nil, nil
+	}
+	var cp runtime.Checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return nil, &runtime.CheckpointError{Path: id, Err: err}
+	}
+	return &cp, nil
+}
+
+func (m *memStore) Save(_ context.Context, cp *runtime.Checkpoint) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, err := json.Marshal(cp)
+	if err != nil {
+		return err
+	}
+	if m.data == nil {
+		m.data = map[string][]byte{}
+	}
+	m.data[cp.TaskID] = b
+	m.saves++
+	return nil
+}
+
+// steps makes n steps; calls counts each step's calls; behave decides a
+// step's error on its k-th call.
+func steps(n int, calls map[int]int, behave func(step, call int) error) []runtime.Step {
+	var out []runtime.Step
+	for i := 1; i <= n; i++ {
+		out = append(out, runtime.Step{Name: fmt.Sprintf("step-%02d", i), Run: func(ctx context.Context, s runtime.StepContext) (any, error) {
+			calls[s.Step]++
+			if err := behave(s.Step, calls[s.Step]); err != nil {
+				return nil, err
+			}
+			return map[string]any{"step": s.Step, "key": s.Key, "prev": len(s.Results)}, nil
+		}})
+	}
+	return out
+}
+
+var errCrash = errors.New("the process died")
+
+func taskConfig(store runtime.Store) runtime.TaskConfig {
+	return runtime.TaskConfig{Store: store, Options: []middleware.Option{middleware.WithClock(clock.NewVirtual(epoch))}}
+}
+
+func TestTaskResumesAfterLastCompletedStep(t *testing.T) {
+	store := &memStore{}
+	calls := map[int]int{}
+	crashing := true
+	task := runtime.Task{ID: "batch-7", Steps: steps(30, calls, func(step, call int) error {
+		switch {
+		case step == 9:
+			return &policies.APIError{StatusCode: 400, Code: "invalid_image", Message: "Invalid image"}
+		case step == 18 && crashing:
+			return &policies.Error{Class: policies.Canceled, Err: errCrash} // stands for the process dying here
+		}
+		return nil
+	})}
+
+	rep, err := runtime.RunTask(context.Background(), task, taskConfig(store))
+	require.ErrorIs(t, err, errCrash)
+	assert.Equal(t, 1, rep.ResumedAt)
+	assert.Len(t, rep.Steps, 17)
+	assert.Equal(t, []int{9}, rep.Failed(), "the permanent failure is recorded")
+	first, _ := store.Load(context.Background(), "batch-7")
+
+	crashing = false
+	rep, err = runtime.RunTask(context.Background(), task, taskConfig(store))
+	require.NoError(t, err)
+	assert.Equal(t, 18, rep.ResumedAt)
+	assert.Equal(t, []int{18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30}, rep.Ran)
+	assert.Len(t, rep.Steps, 30)
+	assert.Equal(t, first.Steps, rep.Steps[:17], "steps 1–17 kept as they were")
+	assert.Equal(t, 1, calls[9], "a recorded permanent failure is not called again")
+	assert.Equal(t, 1, calls[17])
+	assert.Equal(t, 2, calls[18])
+	var r struct{ Key string }
+	require.NoError(t, json.Unmarshal(rep.Steps[17].Result, &r))
+	assert.Equal(t, "batch-7/18", r.Key, "the idempotency key is task id + step")
+	assert.Equal(t, "invalid_image", rep.Steps[8].Error.Type)
+	assert.Equal(t, runtime.StepFailed, rep.Steps[8].Status)
+}
+
+func TestTaskFatalStopsAndIsRecorded(t *testing.T) {
+	store := &memStore{}
+	calls := map[int]int{}
+	task := runtime.Task{ID: "t", Steps: steps(5, calls, func(step, _ int) error {
+		if step == 3 {
+			return &policies.APIError{StatusCode: 429, Code: "insufficient_quota"}
+		}
+		return nil
+	})}
+	rep, err := runtime.RunTask(context.Background(), task, taskConfig(store))
+	require.Error(t, err)
+	assert.Len(t, rep.Steps, 3)
+	rep, err = runtime.RunTask(context.Background(), task, taskConfig(store))
+	require.NoError(t, err, "the fatal step is recorded; a new run goes on after it")
+	assert.Equal(t, 4, rep.ResumedAt)
+	assert.Equal(t, 1, calls[3])
+}
+
+func TestTaskRetriesTransientSteps(t *testing.T) {
+	calls := map[int]int{}
+	task := runtime.Task{ID: "t", Steps: steps(2, calls, func(step, call int) error {
+		if step == 2 && call < 3 {
+			return &policies.APIError{StatusCode: 503}
+		}
+		return nil
+	})}
+	rep, err := runtime.RunTask(context.Background(), task, taskConfig(&memStore{}))
+	require.NoError(t, err)
+	assert.Equal(t, 3, calls[2])
+	assert.Equal(t, 3, rep.Steps[1].Attempts)
+}
+
+func TestTaskRefusesAForeignCheckpoint(t *testing.T) {
+	store := &memStore{}
+	calls := map[int]int{}
+	_, err := runtime.RunTask(context.Background(), runtime.Task{ID: "t", Steps: steps(3, calls, func(int, int) error { return nil })}, taskConfig(store))
+	require.NoError(t, err)
+	other := steps(3, calls, func(int, int) error { return nil })
+	other[1].Name = "renamed"
+	_, err = runtime.RunTask(context.Background(), runtime.Task{ID: "t", Steps: other}, taskConfig(store))
+	var ce *runtime.CheckpointError
+	require.ErrorAs(t, err, &ce)
+	assert.Contains(t, err.Error(), `step 2 is "step-02" in the checkpoint and "renamed" in the task`)
+	assert.Equal(t, 1, calls[1], "nothing ran again")
+}
+
+func TestTaskStopsOnAnUnreadableCheckpoint(t *testing.T) {
+	store := &memStore{data: map[string][]byte{"t": []byte(`{"version":1,"task_id":"t","steps":[{"ste`)}}
+	calls := map[int]int{}
+	_, err := runtime.RunTask(context.Background(), runtime.Task{ID: "t", Steps: steps(3, calls, func(int, int) error { return nil })}, taskConfig(store))
+	var ce *runtime.CheckpointError
+	require.ErrorAs(t, err, &ce)
+	assert.Empty(t, calls, "never silently restarted from scratch")
+}
+
+func TestTaskPanicIsNotRecorded(t *testing.T) {
+	store := &memStore{}
+	calls := map[int]int{}
+	task := runtime.Task{ID: "t", Steps: steps(3, calls, func(step, _ int) error {
+		if step == 2 {
+			panic("bug")
+		}
+		return nil
+	})}
+	_, err := runtime.RunTask(context.Background(), task, taskConfig(store))
+	var pe *policies.PanicError
+	require.ErrorAs(t, err, &pe)
+	cp, _ := store.Load(context.Background(), "t")
+	assert.Len(t, cp.Steps, 1, "a bug is not a permanent result: once fixed, the step runs again")
+}

@@ -1,0 +1,208 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/session"
+)
+
+// Func is a tool's implementation.
+type Func[A, R any] func(ctx context.Context, args A) (R, error)
+
+// Config configures a governed tool. The zero value is the seed's governance.
+type Config struct {
+	// Description and Parameters (a JSON schema) tell the model what the tool does.
+	Description string
+	Parameters  map[string]any
+	// Retry is the tool's retry; a zero MaxAttempts means policies.ToolRetry:
+	// MaxAttempts 3 counts the first call, so a tool call makes at most 2
+	// retries, each drawn from the task's retry budget.
+	Retry policies.RetryConfig
+	// Breaker is the tool's circuit breaker; the zero value is the seed's (5
+	// consecutive Transient failures open it for 60 s, then one probe).
+	Breaker policies.BreakerConfig
+	// NoBreaker turns the breaker off.
+	NoBreaker bool
+	// MaxConcurrent bounds the calls that run at once (0 → 8); MaxWait is how
+	// long a call waits for a slot before it is refused (0 → no wait).
+	MaxConcurrent int
+	MaxWait       time.Duration
+	// Timeout bounds each attempt; 0 → none.
+	Timeout time.Duration
+	// Clock is what the retry sleeps, the breaker's cool-down and the timeout
+	// run on; nil → the wall clock.
+	Clock clock.Clock
+	// Options configure the tool layer's tracing.
+	Options []middleware.Option
+}
+
+// Tool is a governed tool. It is safe for concurrent use.
+type Tool struct {
+	name    string
+	spec    session.Tool
+	invoke  func(ctx context.Context, args string) (string, error)
+	breaker interface{ RemainingDelay() time.Duration }
+	max     int
+}
+
+// New wraps fn in the tool chain named name (see [Config]). Arguments come
+// from the model as JSON and are decoded into A; the result is encoded as
+// JSON for the model (a string result is passed as is).
+func New[A, R any](name string, fn Func[A, R], cfg Config) *Tool {
+	if cfg.Retry.MaxAttempts == 0 {
+		clk, rnd := cfg.Retry.Clock, cfg.Retry.Rand
+		cfg.Retry = policies.ToolRetry
+		cfg.Retry.Clock, cfg.Retry.Rand = clk, rnd
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 8
+	}
+	if cfg.Breaker.Name == "" {
+		cfg.Breaker.Name = name
+	}
+	if cfg.Clock != nil {
+		if cfg.Retry.Clock == nil {
+			cfg.Retry.Clock = cfg.Clock
+		}
+		if cfg.Breaker.Clock == nil {
+			cfg.Breaker.Clock = cfg.Clock
+		}
+		cfg.Options = append([]middleware.Option{middleware.WithClock(cfg.Clock)}, cfg.Options...)
+	}
+	ps := []failsafe.Policy[R]{policies.NewRetry[R](cfg.Retry)}
+	t := &Tool{name: name, max: cfg.Retry.MaxAttempts, spec: session.Tool{Name: name, Description: cfg.Description, Parameters: cfg.Parameters}}
+	if !cfg.NoBreaker {
+		cb := policies.NewCircuitBreaker[R](cfg.Breaker)
+		t.breaker = cb.(*policies.CircuitBreaker[R])
+		ps = append(ps, cb)
+	}
+	ps = append(ps, policies.NewBulkhead[R](cfg.MaxConcurrent, cfg.MaxWait))
+	if cfg.Timeout > 0 {
+		ps = append(ps, policies.NewTimeout[R](cfg.Timeout, nil))
+	}
+	opts := append(append([]middleware.Option{}, cfg.Options...),
+		middleware.WithSpanName("execute_tool "+name),
+		middleware.WithAttributes(
+			attribute.String("gen_ai.operation.name", "execute_tool"),
+			attribute.String("gen_ai.tool.name", name),
+		),
+	)
+	h := middleware.PoliciesWith[A, R]("tool", opts, ps...)(middleware.Handler[A, R](fn))
+	t.invoke = func(ctx context.Context, raw string) (string, error) {
+		var args A
+		if err := decode(raw, &args); err != nil {
+			return "", &policies.Error{Class: policies.Permanent, Type: "invalid_arguments",
+				Err: fmt.Errorf("%s: the arguments are not valid: %w", name, err)}
+		}
+		r, err := h(ctx, args)
+		if err != nil {
+			return "", err
+		}
+		return encode(r)
+	}
+	return t
+}
+
+func decode(raw string, v any) error {
+	if raw == "" {
+		raw = "{}"
+	}
+	return json.Unmarshal([]byte(raw), v)
+}
+
+func encode(v any) (string, error) {
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", &policies.Error{Class: policies.Programming, Type: "unencodable_result", Err: err}
+	}
+	return string(b), nil
+}
+
+// Name is the tool's name.
+func (t *Tool) Name() string { return t.name }
+
+// Spec is the tool as the model sees it.
+func (t *Tool) Spec() session.Tool { return t.spec }
+
+// Call runs the tool through its chain and returns its result as JSON, or
+// the final error (a *policies.FailedError) for a caller that wants it.
+func (t *Tool) Call(ctx context.Context, args string) (string, error) { return t.invoke(ctx, args) }
+
+// Result is what the model receives from a tool call.
+type Result struct {
+	Content string   // the result, or {"error": {…}}
+	Failure *Failure // nil on success
+}
+
+// Invoke runs the tool and returns its final result for the model: the value,
+// or a structured failure that says whether and when to try again.
+func (t *Tool) Invoke(ctx context.Context, args string) Result {
+	out, err := t.invoke(ctx, args)
+	if err == nil {
+		return Result{Content: out}
+	}
+	f := t.failure(ctx, err)
+	return Result{Content: f.JSON(), Failure: f}
+}
+
+// Box holds an agent's tools and answers its tool calls.
+type Box struct {
+	order []string
+	tools map[string]*Tool
+}
+
+// NewBox returns a box of tools; a later tool of the same name replaces an
+// earlier one.
+func NewBox(tools ...*Tool) *Box {
+	b := &Box{tools: map[string]*Tool{}}
+	for _, t := range tools {
+		if _, ok := b.tools[t.name]; !ok {
+			b.order = append(b.order, t.name)
+		}
+		b.tools[t.name] = t
+	}
+	return b
+}
+
+// Specs lists the tools for the model.
+func (b *Box) Specs() []session.Tool {
+	out := make([]session.Tool, 0, len(b.order))
+	for _, n := range b.order {
+		out = append(out, b.tools[n].spec)
+	}
+	return out
+}
+
+// Tool returns the named tool.
+func (b *Box) Tool(name string) (*Tool, bool) {
+	t, ok := b.tools[name]
+	return t, ok
+}
+
+// Invoke answers one tool call with a tool message. A call of a tool the
+// box does not hold gets a structured failure too.
+func (b *Box) Invoke(ctx context.Context, call session.ToolCall) session.Message {
+	msg := session.Message{Role: session.ToolRole, ToolCallID: call.ID, Name: call.Name}
+	t, ok := b.tools[call.Name]
+	if !ok {
+		f := &Failure{Class: string(policies.Permanent), Message: fmt.Sprintf("there is no tool named %q", call.Name),
+			Hint: "call one of the tools offered: " + fmt.Sprint(b.order)}
+		msg.Content = f.JSON()
+		return msg
+	}
+	msg.Content = t.Invoke(ctx, call.Arguments).Content
+	return msg
+}
+
