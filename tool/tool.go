@@ -205,4 +205,3 @@ func (b *Box) Invoke(ctx context.Context, call session.ToolCall) session.Message
 	msg.Content = t.Invoke(ctx, call.Arguments).Content
 	return msg
 }
-
