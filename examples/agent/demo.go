@@ -36,6 +36,9 @@ type result struct {
 	TraceID          string   `json:"trace_id"`
 	WallMs           int64    `json:"wall_ms"`
 	Problems         []string `json:"problems,omitempty"`
+	// Details are a scenario's own figures: both runs of the incident, the
+	// two processes of crash-resume.
+	Details map[string]any `json:"details,omitempty"`
 }
 
 type demo struct {
@@ -88,6 +91,9 @@ func (d *demo) middlewareOptions() []middleware.Option {
 
 // scenario runs one scenario against a fresh fault server.
 func (d *demo) scenario(ctx context.Context, sc scenario) (result, error) {
+	if sc.custom != nil {
+		return sc.custom(d, ctx)
+	}
 	srv := faultserver.New(sc.script)
 	if err := srv.Start(); err != nil {
 		return result{}, err
@@ -146,18 +152,36 @@ func (d *demo) exec(ctx context.Context, name string, provider session.Provider,
 	if !ok {
 		return result{}, errors.New("no trace was recorded")
 	}
-	id := root.SpanContext().TraceID()
-	res := result{
+	return d.fromTrace(name, root.SpanContext().TraceID().String(), wall)
+}
+
+// fromTrace reads a scenario's result off its trace: the root's counts,
+// outcome and diagnosis, and the leaf spans beneath it.
+func (d *demo) fromTrace(name, traceID string, wall time.Duration) (result, error) {
+	id, err := trace.TraceIDFromHex(traceID)
+	if err != nil {
+		return result{}, fmt.Errorf("%s: no trace: %w", name, err)
+	}
+	spans := d.spans.trace(id)
+	var root sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if !s.Parent().IsValid() {
+			root = s
+		}
+	}
+	if root == nil {
+		return result{}, fmt.Errorf("%s: trace %s has no root", name, traceID)
+	}
+	return result{
 		Scenario:  name,
-		TraceID:   id.String(),
+		TraceID:   traceID,
 		WallMs:    wall.Milliseconds(),
-		LeafSpans: leafSpans(d.spans.trace(id)),
+		LeafSpans: leafSpans(spans),
 		Calls:     attrOf(root, telemetry.Calls).AsInt64(),
 		WorstCase: attrOf(root, telemetry.CallsWorstCase).AsInt64(),
 		Outcome:   attrOf(root, telemetry.Outcome).AsString(),
 		Diagnosis: attrOf(root, telemetry.Diagnosis).AsString(),
-	}
-	return res, nil
+	}, nil
 }
 
 // check compares a result with what its scenario must show.

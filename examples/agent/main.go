@@ -25,6 +25,9 @@ import (
 )
 
 func main() {
+	if dir := os.Getenv(childEnv); dir != "" {
+		os.Exit(runChild(dir)) // the crash-resume scenario's task process
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -101,8 +104,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		if !o.json && !o.quiet {
 			fmt.Fprintf(stdout, "== %s: %s\n", sc.name, sc.about)
-			if err := d.tree(stdout, res.TraceID); err != nil {
-				return err
+			if res.TraceID != "" {
+				if err := d.tree(stdout, res.TraceID); err != nil {
+					return err
+				}
 			}
 			fmt.Fprintln(stdout)
 		}
@@ -145,10 +150,34 @@ func (d *demo) report(w io.Writer, results []result) error {
 		if len(r.Problems) > 0 {
 			check = "✗ " + strings.Join(r.Problems, "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t %s\t %s\t\n", r.Scenario, r.ProviderRequests, r.LeafSpans, r.Calls, check, r.Outcome, shorten(r.Diagnosis, 90))
+		leaves, calls := fmt.Sprint(r.LeafSpans), fmt.Sprint(r.Calls)
+		if r.TraceID == "" {
+			leaves, calls = "-", "-" // its spans are in its own processes
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t %s\t %s\t\n", r.Scenario, r.ProviderRequests, leaves, calls, check, r.Outcome, shorten(r.Diagnosis, 90))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range results {
+		switch r.Scenario {
+		case "incident":
+			naive, governed := r.Details["naive"].(side), r.Details["governed"].(side)
+			fmt.Fprintf(w, "\nincident: search_docs answers 429 for %s; MaxSteps %d; task budget %d retries\n", incidentOutage, incidentMaxSteps, incidentBudget)
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "run\tsearch_docs calls\tmodel turns\ttool calls\tretries\toutcome\tanswer\t")
+			for _, x := range []struct {
+				name string
+				s    side
+			}{{"naive loop", naive}, {"retrace", governed}} {
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", x.name, x.s.DownstreamCalls, x.s.ModelTurns, x.s.ToolCalls, x.s.RetriesUsed, x.s.Outcome, shorten(x.s.Answer, 60))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		case "crash-resume":
+			fmt.Fprintf(w, "\ncrash-resume: %s\n", r.Diagnosis)
+		}
 	}
 	if d.exporting {
 		fmt.Fprintln(w, "\nexported over OTLP; the traces:")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"context"
 	"encoding/json"
 	"strings"
@@ -14,7 +15,12 @@ import (
 	"github.com/retrace-go/retrace/examples/faultserver"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(childEnv); dir != "" {
+		os.Exit(runChild(dir)) // the test binary plays the crash-resume child
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func noEnv(string) string { return "" }
 
@@ -25,6 +31,9 @@ func TestScenarios(t *testing.T) {
 	require.NoError(t, err)
 	defer d.close()
 	for _, sc := range scenarios() {
+		if sc.custom != nil {
+			continue // their own tests below
+		}
 		t.Run(sc.name, func(t *testing.T) {
 			res, err := d.scenario(context.Background(), sc)
 			require.NoError(t, err)
@@ -106,4 +115,40 @@ func TestLiveAgainstAnEndpoint(t *testing.T) {
 	assert.Equal(t, int64(2), res.Calls)
 	assert.Equal(t, "success", res.Outcome)
 	assert.Equal(t, "Bearer ***cdef", srv.Received()[0].Header.Get("Authorization"))
+}
+
+func TestIncident(t *testing.T) {
+	d, err := newDemo(context.Background(), options{timeScale: 0.0001, model: "m"}, noEnv, &bytes.Buffer{})
+	require.NoError(t, err)
+	defer d.close()
+	res, err := d.incident(context.Background())
+	require.NoError(t, err)
+	naive, governed := res.Details["naive"].(side), res.Details["governed"].(side)
+	assert.Equal(t, 31, naive.DownstreamCalls, "without governance: 31 calls until MaxSteps")
+	assert.Equal(t, "step_limit", naive.Outcome)
+	assert.Equal(t, 31, naive.ModelTurns)
+	assert.Equal(t, 5, governed.DownstreamCalls, "5 calls, then the breaker opened")
+	assert.LessOrEqual(t, governed.RetriesUsed, 6)
+	assert.Equal(t, 3, governed.RetriesUsed)
+	assert.Equal(t, 4, governed.ModelTurns, "search, search again, the other tool, answer")
+	assert.Equal(t, "success", governed.Outcome)
+	assert.Contains(t, governed.Answer, "From search_cache: cached runbook")
+	assert.Equal(t, int64(res.LeafSpans), res.Calls)
+	assert.Empty(t, res.Problems)
+}
+
+func TestCrashResume(t *testing.T) {
+	d, err := newDemo(context.Background(), options{timeScale: 0.0001, model: "m"}, noEnv, &bytes.Buffer{})
+	require.NoError(t, err)
+	defer d.close()
+	res, err := d.crashResume(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 18, res.Details["resumed_at_step"])
+	assert.Equal(t, true, res.Details["steps_1_17_intact"])
+	assert.Equal(t, 1, res.Details["calls_of_permanent_step"], "a recorded permanent failure is not called again")
+	assert.Equal(t, 2, res.Details["calls_of_step_18"], "step 18 ran before the crash and again after it")
+	assert.Equal(t, 1, res.Details["commits_of_step_18"], "its idempotency key kept the side effect single")
+	assert.Equal(t, []int{9}, res.Details["recorded_failures"])
+	assert.Contains(t, res.Details["first_run_exit"], "killed")
+	assert.Empty(t, res.Problems)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -22,6 +23,8 @@ type scenario struct {
 	sdkRetries int
 	// want is what the scenario must show.
 	want expectation
+	// custom runs a scenario that is not one exec through the two layers.
+	custom func(d *demo, ctx context.Context) (result, error)
 }
 
 type expectation struct {
@@ -100,6 +103,16 @@ func scenarios() []scenario {
 			script:     faultserver.Always(hint503()),
 			sdkRetries: 2,
 			want:       expectation{requests: 36, outcome: "failed_exhausted", diag: "failed after 3 attempts: session: failed after 4 attempts"},
+		},
+		{
+			name:   "incident",
+			about:  "search_docs answers 429 for 30 minutes: a naive loop calls it 31 times until MaxSteps; under retrace the breaker opens after 5 calls and the model is told to use another tool",
+			custom: (*demo).incident,
+		},
+		{
+			name:   "crash-resume",
+			about:  "a 30-step task in a child process killed at step 18, then run again: it resumes at step 18, keeps steps 1–17, and does not call its recorded permanent failure again",
+			custom: (*demo).crashResume,
 		},
 	}
 }
