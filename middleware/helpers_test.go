@@ -70,7 +70,7 @@ func layerSpans(rec *tracetest.SpanRecorder, layer string) []sdktrace.ReadOnlySp
 func attemptSpans(rec *tracetest.SpanRecorder, layer string) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan
 	for _, s := range rec.Ended() {
-		if _, ok := attr(s, telemetry.Attempt); ok && (layer == "" || str(s, telemetry.Layer) == layer) {
+		if _, ok := attr(s, telemetry.Attempt); ok && (layer == "" || s.Name() == layer+" attempt") {
 			out = append(out, s)
 		}
 	}

@@ -79,7 +79,8 @@ type layer[Req, Resp any] struct {
 	foreignRetry  bool              // a failsafe-go retry policy retrace cannot read
 	classifier    *policies.Classifier
 	clock         clock.Clock
-	startOpts     []trace.SpanStartOption
+	startOpts     [maxDepthOpts][]trace.SpanStartOption // the layer span's start options, by retrace.retry.depth
+	startAttrs    []attribute.KeyValue
 	tracer        atomic.Pointer[tracerFor]
 	gates         []breakerCounts // the breakers inside the retry loop, asked before a retry
 	meter         *instruments
@@ -128,13 +129,27 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 	if l.maxAttempts > 0 {
 		attrs = append(attrs, telemetry.MaxAttempts.Int(l.maxAttempts))
 	}
-	l.startOpts = []trace.SpanStartOption{trace.WithSpanKind(cfg.kind), trace.WithAttributes(attrs...)}
+	l.startAttrs = attrs
+	for depth := range l.startOpts {
+		l.startOpts[depth] = startOptions(cfg.kind, attrs, depth)
+	}
 	mp := cfg.mp
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
 	l.meter = newInstruments(mp, name)
 	return l
+}
+
+// maxDepthOpts is how many depths have their start options made in advance.
+const maxDepthOpts = 8
+
+// startOptions are a layer span's start options at a depth: its static
+// attributes and retrace.retry.depth, in one option so that the span is
+// born with them.
+func startOptions(kind trace.SpanKind, attrs []attribute.KeyValue, depth int) []trace.SpanStartOption {
+	all := append(append(make([]attribute.KeyValue, 0, len(attrs)+1), attrs...), telemetry.RetryDepth.Int(depth))
+	return []trace.SpanStartOption{trace.WithSpanKind(kind), trace.WithAttributes(all...)}
 }
 
 // isFailsafe reports whether p is a failsafe-go policy from package pkg.
@@ -245,10 +260,13 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 	parent := frameFrom(ctx)
 	c.frame.init(parent, l.name, l.frameAttempts, &c.root)
 	c.fctx = frameCtx{Context: ctx, f: &c.frame}
-	ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, l.startOpts...)
+	opts := l.startOpts[min(c.frame.depth, maxDepthOpts-1)]
+	if c.frame.depth >= maxDepthOpts-1 {
+		opts = startOptions(l.cfg.kind, l.startAttrs, c.frame.depth)
+	}
+	ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, opts...)
 	c.recording = c.span.IsRecording()
 	if c.recording {
-		c.span.SetAttributes(telemetry.RetryDepth.Int(c.frame.depth))
 		if parent == nil {
 			c.root.span = c.span
 		} else {
@@ -367,13 +385,21 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 	c.attempts = n
 	c.frame.attempt, c.frame.delay = n, delay
 	if c.recording && c.l.retrier.MaxAttempts() > 1 {
-		ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName, trace.WithAttributes(
-			telemetry.Layer.String(c.l.name),
-			telemetry.Attempt.Int(n),
-			telemetry.RetryDelayMs.Int64(delay.Milliseconds()),
-		))
+		ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName, attemptOptions(n, delay)...)
 	}
 	return c.inner(ctx, c, c.req)
+}
+
+// firstAttempt is the start options of every first attempt: made once.
+var firstAttempt = []trace.SpanStartOption{trace.WithAttributes(telemetry.Attempt.Int(1))}
+
+// attemptOptions are an attempt span's start options: its number and, after
+// a backoff, the delay it waited.
+func attemptOptions(n int, delay time.Duration) []trace.SpanStartOption {
+	if n == 1 && delay == 0 {
+		return firstAttempt
+	}
+	return []trace.SpanStartOption{trace.WithAttributes(telemetry.Attempt.Int(n), telemetry.RetryDelayMs.Int64(delay.Milliseconds()))}
 }
 
 // Refusal implements policies.Gate: a breaker inside the retry loop that is

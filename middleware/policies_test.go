@@ -215,7 +215,32 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 
 	_, err = h(ctx, "q")
 	require.NoError(t, err)
-	assert.Equal(t, "closed", str(layerSpans(rec, "tool")[8], telemetry.CircuitState))
+	_, marked := attr(layerSpans(rec, "tool")[8], telemetry.CircuitState)
+	assert.False(t, marked, "a closed breaker that let the call through did nothing worth recording")
+}
+
+// With WithPolicySpans(true) every policy spans every attempt.
+func TestPolicySpansAlways(t *testing.T) {
+	rec, tp := recorder(t)
+	leaf, _ := counting(errOverloaded, nil)
+	h := middleware.PoliciesWith[string, string]("tool", []middleware.Option{tp, middleware.WithPolicySpans(true)},
+		retry(3, time.Second, clock.NewVirtual(epoch)),
+		policies.NewCircuitBreaker[string](policies.BreakerConfig{}),
+		policies.NewBulkhead[string](4, 0),
+		policies.NewTimeout[string](time.Minute, nil),
+	)(leaf)
+	_, err := h(context.Background(), "q")
+	require.NoError(t, err)
+	breakers := policySpans(rec, telemetry.PolicyCircuitBreaker)
+	require.Len(t, breakers, 2, "one per attempt")
+	assert.Equal(t, "closed", str(breakers[0], telemetry.CircuitState))
+	assert.Len(t, policySpans(rec, telemetry.PolicyBulkhead), 2)
+	assert.Len(t, policySpans(rec, telemetry.PolicyTimeout), 2)
+	attempts := attemptSpans(rec, "tool")
+	// The nesting: attempt → breaker → bulkhead → timeout → the handler.
+	assert.Equal(t, attempts[0].SpanContext().SpanID(), breakers[0].Parent().SpanID())
+	assert.Equal(t, breakers[0].SpanContext().SpanID(), policySpans(rec, telemetry.PolicyBulkhead)[0].Parent().SpanID())
+	assert.Equal(t, "transient", str(breakers[0], telemetry.ErrorClass), "the failure is on the policy spans it passed through")
 }
 
 // Must show 5: three tools share a task budget of 6 retries. Each may make 3
@@ -475,7 +500,6 @@ func TestPlainFailsafePolicies(t *testing.T) {
 	attempts := attemptSpans(rec, "legacy")
 	require.Len(t, attempts, 3)
 	assert.Equal(t, "transient", str(attempts[0], telemetry.ErrorClass))
-	assert.Equal(t, "closed", str(attempts[2], telemetry.CircuitState))
 }
 
 func TestPlainFailsafeRetryExhausted(t *testing.T) {

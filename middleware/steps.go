@@ -98,11 +98,11 @@ func (l *layer[Req, Resp]) breakerStep(cb circuitbreaker.CircuitBreaker[Resp], n
 			var zero Resp
 			return zero, rej
 		}
+		// A closed breaker that lets a call through did nothing worth a span
+		// or an attribute; one that is half open is probing, and says so.
 		var span trace.Span
 		if l.cfg.policySpans || state != circuitbreaker.ClosedState {
 			ctx, span = c.policySpan(ctx, telemetry.PolicyCircuitBreaker, stateAttr)
-		} else if c.recording {
-			c.current().SetAttributes(stateAttr)
 		}
 		resp, err := next(ctx, c, req)
 		switch {
@@ -199,11 +199,7 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 		if n > 1 && !c.lastEnd.IsZero() {
 			delay = time.Since(c.lastEnd)
 		}
-		ctx, span = c.l.tracerNow().Start(ctx, c.l.attemptName, trace.WithAttributes(
-			telemetry.Layer.String(c.l.name),
-			telemetry.Attempt.Int(n),
-			telemetry.RetryDelayMs.Int64(delay.Milliseconds()),
-		))
+		ctx, span = c.l.tracerNow().Start(ctx, c.l.attemptName, attemptOptions(n, delay)...)
 		prev := c.aspan
 		c.aspan = span
 		defer func() { c.aspan = prev }()

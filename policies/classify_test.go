@@ -209,3 +209,21 @@ func TestRedact(t *testing.T) {
 		assert.Equal(t, want, Redact(in))
 	}
 }
+
+func TestRedactLeavesPlainMessagesAlone(t *testing.T) {
+	for _, s := range []string{"503 overloaded", "", "connection reset by peer", "Rate limit reached for requests"} {
+		assert.Equal(t, s, Redact(s))
+	}
+	assert.Equal(t, "x SK-[REDACTED]", Redact("x SK-ABCDEF123456"), "case does not hide a key")
+}
+
+func BenchmarkRedact(b *testing.B) {
+	for _, s := range []string{"503 server_error: The server had an error while processing your request.", "Incorrect API key provided: sk-proj-AbCdEf1234567890"} {
+		b.Run(fmt.Sprint(len(s)), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = Redact(s)
+			}
+		})
+	}
+}

@@ -157,7 +157,7 @@ func TestFailedMessagePoppedBeforeRetry(t *testing.T) {
 	}
 	attempts := 0
 	for _, s := range f.rec.Ended() {
-		if _, ok := attr(s, telemetry.Attempt); ok && v(s, telemetry.Layer) == "session" {
+		if _, ok := attr(s, telemetry.Attempt); ok && s.Name() == "session attempt" {
 			attempts++
 		}
 	}

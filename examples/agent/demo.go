@@ -230,9 +230,11 @@ func leafSpans(spans []sdktrace.ReadOnlySpan) int {
 	return n
 }
 
+// isRetrace reports whether s is a layer or an attempt span.
 func isRetrace(s sdktrace.ReadOnlySpan) bool {
-	_, ok := lookup(s, telemetry.Layer)
-	return ok
+	_, layer := lookup(s, telemetry.Layer)
+	_, attempt := lookup(s, telemetry.Attempt)
+	return layer || attempt
 }
 
 func lookup(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {

@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+)
+
+// The handler every variant calls: it succeeds, or fails Transient.
+var errTransient = &policies.APIError{StatusCode: 503, Message: "overloaded"}
+
+func handler(fail bool) middleware.Handler[string, string] {
+	return func(context.Context, string) (string, error) {
+		if fail {
+			return "", errTransient
+		}
+		return "ok", nil
+	}
+}
+
+// discard is an exporter that drops everything: the SDK's cost without I/O.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+func sampled() *sdktrace.TracerProvider {
+	return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(discard{}))
+}
+
+func unsampled() *sdktrace.TracerProvider {
+	return sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()), sdktrace.WithBatcher(discard{}))
+}
+
+// variant builds one way of making the call; the returned func makes it.
+type variant struct {
+	name  string
+	build func(b *testing.B, fail bool) func(ctx context.Context) error
+}
+
+// Retry (3 attempts, no delay), circuit breaker (it never opens here: the
+// threshold is above what a benchmark fails), bulkhead: the same three
+// policies in every variant.
+const attempts = 3
+
+func failsafePolicies() []failsafe.Policy[string] {
+	return []failsafe.Policy[string]{
+		retrypolicy.NewBuilder[string]().WithMaxAttempts(attempts).ReturnLastFailure().Build(),
+		circuitbreaker.NewBuilder[string]().WithFailureThreshold(1 << 30).Build(),
+		bulkhead.New[string](1 << 16),
+	}
+}
+
+func retracePolicies() []failsafe.Policy[string] {
+	return []failsafe.Policy[string]{
+		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: attempts}),
+		policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 1 << 30}),
+		policies.NewBulkhead[string](1<<16, 0),
+	}
+}
+
+func retrace(opts ...middleware.Option) func(b *testing.B, fail bool) func(ctx context.Context) error {
+	return func(b *testing.B, fail bool) func(ctx context.Context) error {
+		h := middleware.PoliciesWith[string, string]("tool", opts, retracePolicies()...)(handler(fail))
+		return func(ctx context.Context) error {
+			_, err := h(ctx, "q")
+			return err
+		}
+	}
+}
+
+var variants = []variant{
+	{"bare", func(b *testing.B, fail bool) func(ctx context.Context) error {
+		h := handler(fail)
+		return func(ctx context.Context) error {
+			_, err := h(ctx, "q")
+			return err
+		}
+	}},
+	{"failsafe", func(b *testing.B, fail bool) func(ctx context.Context) error {
+		exec := failsafe.With(failsafePolicies()...)
+		h := handler(fail)
+		return func(ctx context.Context) error {
+			_, err := exec.WithContext(ctx).Get(func() (string, error) { return h(ctx, "q") })
+			return err
+		}
+	}},
+	{"failsafe-otel", failsafeOTel},
+	{"retrace-noop", retrace(middleware.WithTracerProvider(noop.NewTracerProvider()))},
+	{"retrace-sdk", func(b *testing.B, fail bool) func(ctx context.Context) error {
+		tp := sampled()
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		return retrace(middleware.WithTracerProvider(tp))(b, fail)
+	}},
+	{"retrace-unsampled", func(b *testing.B, fail bool) func(ctx context.Context) error {
+		tp := unsampled()
+		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+		return retrace(middleware.WithTracerProvider(tp))(b, fail)
+	}},
+}
+
+// failsafeOTel is what a user writes without retrace: failsafe-go with the
+// same policies, a span for the call (with the tool's name) and one per
+// attempt (with its number), and failsafe-go's listeners recording on the
+// call's span its attempts and outcome, each retry, and the breaker's state.
+func failsafeOTel(b *testing.B, fail bool) func(ctx context.Context) error {
+	tp := sampled()
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tracer := tp.Tracer("hand-made")
+	retry := retrypolicy.NewBuilder[string]().WithMaxAttempts(attempts).ReturnLastFailure().
+		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[string]) {
+			trace.SpanFromContext(e.Context()).AddEvent("retry scheduled", trace.WithAttributes(
+				attribute.Int("attempt", e.Attempts()), attribute.Int64("delay_ms", e.Delay.Milliseconds())))
+		}).Build()
+	breaker := circuitbreaker.NewBuilder[string]().WithFailureThreshold(1 << 30).
+		OnStateChanged(func(e circuitbreaker.StateChangedEvent) {
+			trace.SpanFromContext(e.Context()).AddEvent("breaker " + e.NewState.String())
+		}).Build()
+	exec := failsafe.With[string](retry, breaker, bulkhead.New[string](1<<16)).
+		OnDone(func(e failsafe.ExecutionDoneEvent[string]) {
+			outcome := "success"
+			if e.Error != nil {
+				outcome = "failure"
+			}
+			trace.SpanFromContext(e.Context()).SetAttributes(attribute.Int("attempts", e.Attempts()), attribute.String("outcome", outcome))
+		})
+	h := handler(fail)
+	return func(ctx context.Context) error {
+		ctx, span := tracer.Start(ctx, "tool", trace.WithAttributes(attribute.String("tool.name", "search_docs")))
+		defer span.End()
+		_, err := exec.WithContext(ctx).GetWithExecution(func(e failsafe.Execution[string]) (string, error) {
+			actx, aspan := tracer.Start(e.Context(), "tool attempt", trace.WithAttributes(attribute.Int("attempt", e.Attempts())))
+			defer aspan.End()
+			out, err := h(actx, "q")
+			if err != nil {
+				aspan.SetStatus(codes.Error, err.Error())
+				aspan.SetAttributes(attribute.String("error.type", "503"))
+			}
+			return out, err
+		})
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		return err
+	}
+}
+
+// BenchmarkCall makes one call per iteration, on one goroutine.
+func BenchmarkCall(b *testing.B) {
+	for _, path := range []string{"success", "failure"} {
+		for _, v := range variants {
+			b.Run(path+"/"+v.name, func(b *testing.B) {
+				call := v.build(b, path == "failure")
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := call(ctx); (err != nil) != (path == "failure") {
+						b.Fatalf("unexpected result: %v", err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkCallParallel makes the same calls from GOMAXPROCS goroutines.
+func BenchmarkCallParallel(b *testing.B) {
+	for _, path := range []string{"success", "failure"} {
+		for _, v := range variants {
+			b.Run(path+"/"+v.name, func(b *testing.B) {
+				call := v.build(b, path == "failure")
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					ctx := context.Background()
+					for pb.Next() {
+						if err := call(ctx); (err != nil) != (path == "failure") {
+							b.Errorf("unexpected result: %v", err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+var _ = errors.New

@@ -1,0 +1,226 @@
+package bench
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/policies"
+)
+
+// Strategy is how the clients of a storm retry.
+type Strategy string
+
+const (
+	NoJitter      Strategy = "no jitter"       // ToolRetry's backoff without its jitter: everyone retries in step
+	Jitter        Strategy = "seed jitter"     // ToolRetry: each delay × a random factor in [0.5, 1]
+	JitterBudget  Strategy = "jitter + budget" // and a task budget of 6 retries per client
+	JitterBreaker Strategy = "jitter + breaker"
+)
+
+// Strategies are the four, in the order the results list them.
+var Strategies = []Strategy{NoJitter, Jitter, JitterBudget, JitterBreaker}
+
+// Window is the width of the load series.
+const Window = 100 * time.Millisecond
+
+// StormConfig describes a retry storm: Clients, each running a task of
+// CallsPerClient logical calls to a downstream that refuses everything
+// during Outage and, after it, everything above Capacity requests per 100 ms
+// window. At t = 0 every client's call in flight fails at the same moment
+// (the downstream dropped them all); the storm is what the clients do next.
+type StormConfig struct {
+	Clients        int
+	CallsPerClient int
+	Capacity       int           // requests per Window the downstream serves once it is back
+	Outage         time.Duration // from t = 0 it refuses everything this long
+	Think          time.Duration // a client's pause between its logical calls
+	Seed           uint64
+	Strategy       Strategy
+}
+
+// DefaultStorm is the storm the results page reports, for n clients: 5
+// logical calls each, a 5 s outage, then room for a tenth of the clients
+// per 100 ms window.
+func DefaultStorm(n int, s Strategy) StormConfig {
+	return StormConfig{Clients: n, CallsPerClient: 5, Capacity: max(1, n/10), Outage: 5 * time.Second,
+		Think: 200 * time.Millisecond, Seed: 1, Strategy: s}
+}
+
+// StormResult is what the downstream saw and how the clients fared.
+type StormResult struct {
+	Config          StormConfig
+	Series          []int         // downstream requests per Window from t = 0
+	Peak            int           // the largest window
+	DownstreamCalls int           // requests the downstream received
+	LogicalCalls    int           // logical calls the clients made
+	Succeeded       int           // logical calls that succeeded
+	Finish          time.Duration // when the last client finished
+}
+
+// CallsPerLogical is the amplification: downstream requests per logical call.
+func (r StormResult) CallsPerLogical() float64 {
+	if r.LogicalCalls == 0 {
+		return 0
+	}
+	return float64(r.DownstreamCalls) / float64(r.LogicalCalls)
+}
+
+// Simulate runs a storm in virtual time. The clients retry with retrace's
+// own policies (policies.Retrier deciding, its jitter drawn from a source
+// seeded with cfg.Seed; a shared policies.CircuitBreaker on a fake clock), so
+// the result is deterministic for a seed and measures the code users run.
+func Simulate(cfg StormConfig) StormResult {
+	s := newSim(cfg)
+	// At t = 0 every client's first attempt fails together.
+	for id := range s.clients {
+		s.failed(id, false)
+	}
+	for s.queue.Len() > 0 {
+		e := heap.Pop(&s.queue).(event)
+		s.now = e.at
+		s.clk.Advance(s.start.Add(e.at).Sub(s.clk.Now()))
+		s.attempt(e.client)
+	}
+	return s.result()
+}
+
+// sim is one storm in progress.
+type sim struct {
+	cfg       StormConfig
+	clk       *clock.Fake
+	start     time.Time
+	now       time.Duration
+	retrier   *policies.Retrier
+	breaker   *policies.CircuitBreaker[struct{}]
+	clients   []*stormClient
+	queue     events
+	load      map[int]int
+	res       StormResult
+	transient policies.Classification
+}
+
+type stormClient struct {
+	ctx     context.Context // carries the task budget
+	call    int             // the logical call in progress, from 1
+	attempt int             // its attempt, from 1
+}
+
+func newSim(cfg StormConfig) *sim {
+	clk := clock.NewFake(time.Unix(0, 0))
+	retry := policies.ToolRetry
+	retry.Clock, retry.Rand = clk, policies.SeededRand(cfg.Seed)
+	if cfg.Strategy == NoJitter {
+		retry.Backoff.Jitter = 0
+	}
+	s := &sim{
+		cfg: cfg, clk: clk, start: clk.Now(), retrier: policies.NewRetrier(retry), load: map[int]int{},
+		res:       StormResult{Config: cfg, LogicalCalls: cfg.Clients},
+		transient: policies.Classification{Class: policies.Transient, Type: "503", Reason: "http 503"},
+	}
+	if cfg.Strategy == JitterBreaker {
+		s.breaker = policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Clock: clk}).(*policies.CircuitBreaker[struct{}])
+	}
+	for range cfg.Clients {
+		ctx := context.Background()
+		if cfg.Strategy == JitterBudget {
+			ctx = policies.WithTaskBudget(ctx, 6)
+		}
+		s.clients = append(s.clients, &stormClient{ctx: ctx, call: 1, attempt: 1})
+	}
+	return s
+}
+
+// attempt sends client id's next request, or lets the breaker refuse it.
+func (s *sim) attempt(id int) {
+	if s.breaker != nil {
+		if _, ok := s.breaker.TryAcquire(); !ok {
+			s.failed(id, true)
+			return
+		}
+	}
+	w := int(s.now / Window)
+	s.load[w]++
+	s.res.DownstreamCalls++
+	served := s.now >= s.cfg.Outage && s.load[w] <= s.cfg.Capacity
+	if s.breaker != nil {
+		if served {
+			s.breaker.RecordClass("")
+		} else {
+			s.breaker.RecordClass(policies.Transient)
+		}
+	}
+	if !served {
+		s.failed(id, false)
+		return
+	}
+	s.res.Succeeded++
+	s.done(id)
+}
+
+// failed decides what follows client id's failed attempt: a retry after the
+// backoff, or the end of its logical call.
+func (s *sim) failed(id int, rejected bool) {
+	c := s.clients[id]
+	if !rejected && s.breaker != nil && s.breaker.IsOpen() {
+		rejected = true // the failure opened the breaker: a retry would be refused at once
+	}
+	d := s.retrier.Decide(c.ctx, s.clk, c.attempt, s.transient, rejected)
+	if d.Retry {
+		c.attempt++
+		heap.Push(&s.queue, event{at: s.now + d.Delay, client: id})
+		return
+	}
+	s.done(id)
+}
+
+// done ends client id's logical call and starts its next one after a pause.
+func (s *sim) done(id int) {
+	c := s.clients[id]
+	s.res.Finish = max(s.res.Finish, s.now)
+	if c.call >= s.cfg.CallsPerClient {
+		return
+	}
+	c.call++
+	c.attempt = 1
+	s.res.LogicalCalls++
+	heap.Push(&s.queue, event{at: s.now + s.cfg.Think, client: id})
+}
+
+func (s *sim) result() StormResult {
+	last := 0
+	for w := range s.load {
+		last = max(last, w)
+	}
+	s.res.Series = make([]int, last+1)
+	for w, n := range s.load {
+		s.res.Series[w] = n
+		s.res.Peak = max(s.res.Peak, n)
+	}
+	return s.res
+}
+
+type event struct {
+	at     time.Duration
+	client int
+}
+
+// events is a min-heap by time, then by client, so that ties are ordered.
+type events []event
+
+func (h events) Len() int { return len(h) }
+func (h events) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].client < h[j].client
+}
+func (h events) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *events) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *events) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}

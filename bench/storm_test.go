@@ -1,0 +1,47 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestStormIsDeterministic(t *testing.T) {
+	for _, s := range Strategies {
+		a, b := Simulate(DefaultStorm(100, s)), Simulate(DefaultStorm(100, s))
+		assert.Equal(t, a, b, "%s: the same seed gives the same storm", s)
+	}
+	other := DefaultStorm(100, Jitter)
+	other.Seed = 2
+	assert.NotEqual(t, Simulate(DefaultStorm(100, Jitter)).Series, Simulate(other).Series, "another seed, another storm")
+}
+
+func TestStormShapes(t *testing.T) {
+	for _, n := range []int{5, 100} {
+		res := map[Strategy]StormResult{}
+		for _, s := range Strategies {
+			res[s] = Simulate(DefaultStorm(n, s))
+			r := res[s]
+			t.Logf("%3d clients, %-16s peak %3d/100ms, %5d downstream calls, %.2f per logical call, %3d/%3d succeeded, all done at %s",
+				n, s, r.Peak, r.DownstreamCalls, r.CallsPerLogical(), r.Succeeded, r.LogicalCalls, r.Finish)
+			require.Equal(t, n*5, r.LogicalCalls)
+			sum := 0
+			for _, x := range r.Series {
+				sum += x
+			}
+			assert.Equal(t, r.DownstreamCalls, sum, "the series counts every request")
+		}
+		// Without jitter the whole herd retries in the same window.
+		assert.Equal(t, n, res[NoJitter].Peak)
+		if n == 100 {
+			// The seed's claim, at 100 clients: jitter cuts the peak by at least half.
+			assert.LessOrEqual(t, res[Jitter].Peak*2, res[NoJitter].Peak, "jitter must cut the peak by ≥ 50%%")
+		}
+		// A budget of 6 retries per task caps each client's retries.
+		assert.LessOrEqual(t, res[JitterBudget].DownstreamCalls, n*(5+6))
+		assert.Less(t, res[JitterBudget].CallsPerLogical(), res[Jitter].CallsPerLogical())
+		// A breaker shields the downstream while it is down.
+		assert.Less(t, res[JitterBreaker].DownstreamCalls, res[Jitter].DownstreamCalls)
+	}
+}
