@@ -17,7 +17,7 @@ func TestAmplification(t *testing.T) {
 		{4, 4, 4, "failed_exhausted"},
 		{12, 12, 12, "failed_exhausted"},
 		{4, 4, 4, "failed_exhausted"},
-		{7, 7, 12, "budget_exhausted"},  // 1 + 6 retries, wherever they happen
+		{7, 7, 12, "budget_exhausted"},   // 1 + 6 retries, wherever they happen
 		{36, 12, 36, "failed_exhausted"}, // the trace sees 12 model calls; the declared SDK layer makes the worst case 36
 	}
 	for i, w := range want {
