@@ -48,22 +48,19 @@ const (
 const EventNestedRetry = "retrace.nested_retry"
 
 // RecordFailure marks span as failed by err, classified as c: status Error
-// with the redacted message, error.type, retrace.error.class, the rule, and
-// the server's Retry-After hint. It records no stack or exception event: the
-// message is already on the status.
+// with the redacted message, error.type, retrace.error.class, and the
+// server's Retry-After hint. It records no stack or exception event: the
+// message is already on the status. (The rule that decided the class is in
+// the layer's diagnosis.)
 func RecordFailure(span trace.Span, c policies.Classification, err error) {
 	if !span.IsRecording() {
 		return
 	}
-	attrs := make([]attribute.KeyValue, 0, 4)
-	attrs = append(attrs, ErrorClass.String(string(c.Class)), ErrorType.String(orOther(c.Type)))
-	if c.Reason != "" {
-		attrs = append(attrs, ErrorReason.String(c.Reason))
-	}
 	if c.RetryAfter > 0 {
-		attrs = append(attrs, RetryAfterMs.Int64(c.RetryAfter.Milliseconds()))
+		span.SetAttributes(ErrorClass.String(string(c.Class)), ErrorType.String(orOther(c.Type)), RetryAfterMs.Int64(c.RetryAfter.Milliseconds()))
+	} else {
+		span.SetAttributes(ErrorClass.String(string(c.Class)), ErrorType.String(orOther(c.Type)))
 	}
-	span.SetAttributes(attrs...)
 	msg := ""
 	if err != nil {
 		msg = truncate(policies.Redact(err.Error()), 1024)

@@ -31,8 +31,8 @@ func TestRecordFailure(t *testing.T) {
 	s := rec.Ended()[0]
 	assert.Equal(t, codes.Error, s.Status().Code)
 	assert.Equal(t, "401 invalid_api_key: Incorrect API key provided: sk-[REDACTED]", s.Status().Description)
-	assert.ElementsMatch(t, []any{"permanent", "invalid_api_key", "http 401", int64(2000)}, []any{
-		value(s, telemetry.ErrorClass), value(s, telemetry.ErrorType), value(s, telemetry.ErrorReason), value(s, telemetry.RetryAfterMs),
+	assert.ElementsMatch(t, []any{"permanent", "invalid_api_key", int64(2000)}, []any{
+		value(s, telemetry.ErrorClass), value(s, telemetry.ErrorType), value(s, telemetry.RetryAfterMs),
 	})
 }
 
