@@ -12,6 +12,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
@@ -79,8 +80,7 @@ type layer[Req, Resp any] struct {
 	foreignRetry  bool              // a failsafe-go retry policy retrace cannot read
 	classifier    *policies.Classifier
 	clock         clock.Clock
-	startOpts     [maxDepthOpts][]trace.SpanStartOption // the layer span's start options, by retrace.retry.depth
-	startAttrs    []attribute.KeyValue
+	startOpts     []trace.SpanStartOption
 	tracer        atomic.Pointer[tracerFor]
 	gates         []breakerCounts // the breakers inside the retry loop, asked before a retry
 	meter         *instruments
@@ -125,13 +125,12 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 		l.spanName = name
 	}
 	l.attemptName = name + " attempt"
+	// The layer span is born with what is known before the call (its layer
+	// and the user's attributes); the rest is set once, when it ends.
 	attrs := append([]attribute.KeyValue{telemetry.Layer.String(name)}, cfg.attrs...)
-	if l.maxAttempts > 0 {
-		attrs = append(attrs, telemetry.MaxAttempts.Int(l.maxAttempts))
-	}
-	l.startAttrs = attrs
-	for depth := range l.startOpts {
-		l.startOpts[depth] = startOptions(cfg.kind, attrs, depth)
+	l.startOpts = []trace.SpanStartOption{trace.WithAttributes(attrs...)}
+	if cfg.kind != trace.SpanKindInternal {
+		l.startOpts = append(l.startOpts, trace.WithSpanKind(cfg.kind))
 	}
 	mp := cfg.mp
 	if mp == nil {
@@ -139,17 +138,6 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 	}
 	l.meter = newInstruments(mp, name)
 	return l
-}
-
-// maxDepthOpts is how many depths have their start options made in advance.
-const maxDepthOpts = 8
-
-// startOptions are a layer span's start options at a depth: its static
-// attributes and retrace.retry.depth, in one option so that the span is
-// born with them.
-func startOptions(kind trace.SpanKind, attrs []attribute.KeyValue, depth int) []trace.SpanStartOption {
-	all := append(append(make([]attribute.KeyValue, 0, len(attrs)+1), attrs...), telemetry.RetryDepth.Int(depth))
-	return []trace.SpanStartOption{trace.WithSpanKind(kind), trace.WithAttributes(all...)}
 }
 
 // isFailsafe reports whether p is a failsafe-go policy from package pkg.
@@ -260,11 +248,7 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 	parent := frameFrom(ctx)
 	c.frame.init(parent, l.name, l.frameAttempts, &c.root)
 	c.fctx = frameCtx{Context: ctx, f: &c.frame}
-	opts := l.startOpts[min(c.frame.depth, maxDepthOpts-1)]
-	if c.frame.depth >= maxDepthOpts-1 {
-		opts = startOptions(l.cfg.kind, l.startAttrs, c.frame.depth)
-	}
-	ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, opts...)
+	ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, l.startOpts...)
 	c.recording = c.span.IsRecording()
 	if c.recording {
 		if parent == nil {
@@ -295,9 +279,15 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 	return resp, err
 }
 
+// endSpan sets the layer span's attributes, all in one call: the limit,
+// the depth, how the call ended and, on the outermost layer, the counts.
 func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], rep *policies.Report, err error) {
-	attrs := make([]attribute.KeyValue, 0, 6)
-	attrs = append(attrs, telemetry.Attempts.Int(rep.Attempts), telemetry.Outcome.String(string(rep.Outcome)))
+	attrs := make([]attribute.KeyValue, 0, 10)
+	if l.maxAttempts > 0 {
+		attrs = append(attrs, telemetry.MaxAttempts.Int(l.maxAttempts))
+	}
+	attrs = append(attrs, telemetry.RetryDepth.Int(c.frame.depth),
+		telemetry.Attempts.Int(rep.Attempts), telemetry.Outcome.String(string(rep.Outcome)))
 	if rep.Diagnosis != "" {
 		attrs = append(attrs, telemetry.Diagnosis.String(rep.Diagnosis))
 	}
@@ -310,12 +300,11 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], rep *policies.Report, err
 			attrs = append(attrs, telemetry.CallsWorstCase.Int64(w))
 		}
 	}
-	c.span.SetAttributes(attrs...)
 	if err != nil && rep.Err != nil {
-		telemetry.RecordFailure(c.span, policies.Classification{
-			Class: rep.Err.Class, Type: rep.Err.Type, Reason: string(rep.Outcome),
-		}, err)
+		attrs = telemetry.AppendFailure(attrs, policies.Classification{Class: rep.Err.Class, Type: rep.Err.Type})
+		c.span.SetStatus(codes.Error, telemetry.StatusMessage(err))
 	}
+	c.span.SetAttributes(attrs...)
 }
 
 // finalReport describes a call whose error did not come out of retrace's

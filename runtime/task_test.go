@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 
@@ -182,4 +183,33 @@ func TestTaskPanicIsNotRecorded(t *testing.T) {
 	require.ErrorAs(t, err, &pe)
 	cp, _ := store.Load(context.Background(), "t")
 	assert.Len(t, cp.Steps, 1, "a bug is not a permanent result: once fixed, the step runs again")
+}
+
+// With the file store: a truncated checkpoint stops the task with an error
+// that names the file, and nothing runs again.
+func TestTaskWithFileStoreRefusesATruncatedCheckpoint(t *testing.T) {
+	store, err := runtime.NewFileStore(t.TempDir())
+	require.NoError(t, err)
+	calls := map[int]int{}
+	task := runtime.Task{ID: "nightly", Steps: steps(4, calls, func(step, _ int) error {
+		if step == 3 {
+			return &policies.Error{Class: policies.Programming, Err: errCrash}
+		}
+		return nil
+	})}
+	_, err = runtime.RunTask(context.Background(), task, taskConfig(store))
+	require.Error(t, err)
+	path := store.Path("nightly")
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, raw[:len(raw)/2], 0o644))
+
+	clear(calls)
+	_, err = runtime.RunTask(context.Background(), task, taskConfig(store))
+	var ce *runtime.CheckpointError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, path, ce.Path)
+	assert.Contains(t, err.Error(), path)
+	assert.Contains(t, err.Error(), "will not start over")
+	assert.Empty(t, calls, "never silently restarted from scratch")
 }

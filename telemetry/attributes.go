@@ -56,16 +56,27 @@ func RecordFailure(span trace.Span, c policies.Classification, err error) {
 	if !span.IsRecording() {
 		return
 	}
+	var buf [3]attribute.KeyValue
+	span.SetAttributes(AppendFailure(buf[:0], c)...)
+	span.SetStatus(codes.Error, StatusMessage(err))
+}
+
+// AppendFailure appends a failure's attributes to attrs: retrace.error.class,
+// error.type and, if the server gave one, its Retry-After hint.
+func AppendFailure(attrs []attribute.KeyValue, c policies.Classification) []attribute.KeyValue {
+	attrs = append(attrs, ErrorClass.String(string(c.Class)), ErrorType.String(orOther(c.Type)))
 	if c.RetryAfter > 0 {
-		span.SetAttributes(ErrorClass.String(string(c.Class)), ErrorType.String(orOther(c.Type)), RetryAfterMs.Int64(c.RetryAfter.Milliseconds()))
-	} else {
-		span.SetAttributes(ErrorClass.String(string(c.Class)), ErrorType.String(orOther(c.Type)))
+		attrs = append(attrs, RetryAfterMs.Int64(c.RetryAfter.Milliseconds()))
 	}
-	msg := ""
-	if err != nil {
-		msg = truncate(policies.Redact(err.Error()), 1024)
+	return attrs
+}
+
+// StatusMessage is err's text for a span status: redacted, at most 1 KiB.
+func StatusMessage(err error) string {
+	if err == nil {
+		return ""
 	}
-	span.SetStatus(codes.Error, msg)
+	return truncate(policies.Redact(err.Error()), 1024)
 }
 
 func orOther(t string) string {
