@@ -253,8 +253,6 @@ func writeCSV(path string, storms map[int]map[bench.Strategy]bench.StormResult) 
 	return f.Close()
 }
 
-
-
 // notes are what the profiles showed and what was done about it.
 const notes = `## Profile notes
 
