@@ -535,3 +535,16 @@ func TestUnsampledAndNoopTracing(t *testing.T) {
 	assert.Equal(t, "ok:x", out)
 	assert.Equal(t, int64(2), calls.Load())
 }
+
+func TestCanceledBeforeTheFirstAttempt(t *testing.T) {
+	rec, tp := recorder(t)
+	leaf, calls := counting(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := middleware.PoliciesWith[string, string]("tool", []middleware.Option{tp}, retry(3, time.Second, clock.NewVirtual(epoch)))(leaf)(ctx, "q")
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, int64(0), calls.Load(), "a canceled call reaches nothing")
+	l := layerSpans(rec, "tool")[0]
+	assert.Equal(t, "canceled", str(l, telemetry.Outcome))
+	assert.Equal(t, "canceled after 0 attempts (before the first attempt): context canceled", str(l, telemetry.Diagnosis))
+}

@@ -226,6 +226,13 @@ func Do[R any](ctx context.Context, r *Retrier, clk clock.Clock, a Attempter[R])
 	}
 	var delay time.Duration
 	permit := false
+	if err := ctx.Err(); err != nil {
+		// Canceled before the first attempt: nothing is called.
+		var zero R
+		cause := context.Cause(ctx)
+		return zero, failed(0, Decision{Outcome: OutcomeCanceled, Why: "before the first attempt"},
+			Classification{Class: Canceled, Type: errorType(cause), Reason: "context canceled"}, cause)
+	}
 	for n := 1; ; n++ {
 		res, err := a.Attempt(ctx, n, delay)
 		if permit {

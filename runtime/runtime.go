@@ -161,6 +161,9 @@ type ExecError struct {
 func (e *ExecError) Error() string {
 	var b strings.Builder
 	n := len(e.Attempts)
+	if n == 0 {
+		return fmt.Sprintf("exec %s before its first attempt: %s", e.Reason, e.Diagnosis)
+	}
 	switch e.Reason {
 	case ReasonPermanent:
 		fmt.Fprintf(&b, "exec failed permanently after %s: ", plural(n))

@@ -138,3 +138,12 @@ func TestExecBudget(t *testing.T) {
 	assert.Equal(t, 2, *calls)
 	assert.ErrorIs(t, err, policies.ErrBudgetExhausted)
 }
+
+func TestExecCanceledBeforeStart(t *testing.T) {
+	a, calls := agent()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(ctx, "go")
+	assert.Equal(t, 0, *calls)
+	assert.EqualError(t, err, "exec canceled before its first attempt: canceled after 0 attempts (before the first attempt): context canceled")
+}

@@ -151,11 +151,11 @@ func (s *Session) Append(msgs ...Message) {
 func (s *Session) Run(ctx context.Context, prompt string) (Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	before := len(s.history)
-	s.history = append(s.history, Message{Role: User, Content: prompt})
+	saved := s.history[:len(s.history):len(s.history)] // appends cannot write into it
+	s.history = append(saved, Message{Role: User, Content: prompt})
 	msg, err := s.turn(ctx)
 	if err != nil {
-		s.history = s.history[:before:before]
+		s.history = saved
 	}
 	return msg, err
 }
@@ -165,10 +165,10 @@ func (s *Session) Run(ctx context.Context, prompt string) (Message, error) {
 func (s *Session) Continue(ctx context.Context) (Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	before := len(s.history)
+	saved := s.history[:len(s.history):len(s.history)]
 	msg, err := s.turn(ctx)
 	if err != nil {
-		s.history = s.history[:before:before]
+		s.history = saved
 	}
 	return msg, err
 }
@@ -183,7 +183,7 @@ func (s *Session) turn(ctx context.Context) (Message, error) {
 		return msg, err
 	}
 	s.popFailed()
-	compacted, cerr := s.cfg.Compactor(ctx, s.history)
+	compacted, cerr := s.cfg.Compactor(ctx, append([]Message(nil), s.history...)) // its own copy to shorten
 	if cerr != nil {
 		return msg, fmt.Errorf("%w (compaction failed: %w)", err, cerr)
 	}

@@ -324,3 +324,18 @@ func TestDropOldest(t *testing.T) {
 	_, err = session.DropOldest(context.Background(), []session.Message{sys, u("only")})
 	assert.True(t, errors.Is(err, session.ErrCannotCompact))
 }
+
+// A turn that overflows again after compaction fails, and leaves the
+// history as it was before the call: nothing lost, nothing half-compacted.
+func TestOverflowAfterCompactionRestoresHistory(t *testing.T) {
+	f := start(t, faultserver.Always(faultserver.ContextOverflow()), nil)
+	for i := range 4 {
+		f.s.Append(session.Message{Role: session.User, Content: "q"}, session.Message{Role: session.Assistant, Content: "a" + string(rune('0'+i)), StopReason: session.StopEnd})
+	}
+	before := f.s.History()
+	msg, err := f.s.Run(context.Background(), "latest")
+	require.Error(t, err)
+	assert.Equal(t, session.StopError, msg.StopReason)
+	assert.Equal(t, 2, f.srv.Requests(), "one call, then one after compaction")
+	assert.Equal(t, before, f.s.History())
+}
