@@ -52,6 +52,10 @@ func Policies[Req, Resp any](layer string, ps ...failsafe.Policy[Resp]) Middlewa
 // retrypolicy, a rate limiter, a fallback, a hedge) runs through failsafe-go's
 // executor, with attempt spans for a plain retry policy too.
 //
+// Each span gets its retrace attributes in one call when it ends, which is
+// what the SDK makes cheapest; a head sampler sees only the span's name and
+// the attributes given with WithAttributes.
+//
 // A failed call returns a *policies.FailedError that wraps the last error. A
 // panic in the handler is recovered into a *policies.PanicError (class
 // Programming, never retried) so that no permit leaks; it is the one place
@@ -125,10 +129,11 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 		l.spanName = name
 	}
 	l.attemptName = name + " attempt"
-	// The layer span is born with what is known before the call (its layer
-	// and the user's attributes); the rest is set once, when it ends.
-	attrs := append([]attribute.KeyValue{telemetry.Layer.String(name)}, cfg.attrs...)
-	l.startOpts = []trace.SpanStartOption{trace.WithAttributes(attrs...)}
+	// The layer span is born with the user's attributes; retrace's are set
+	// once, when it ends.
+	if len(cfg.attrs) > 0 {
+		l.startOpts = []trace.SpanStartOption{trace.WithAttributes(cfg.attrs...)}
+	}
 	if cfg.kind != trace.SpanKindInternal {
 		l.startOpts = append(l.startOpts, trace.WithSpanKind(cfg.kind))
 	}
@@ -283,6 +288,7 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 // the depth, how the call ended and, on the outermost layer, the counts.
 func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], rep *policies.Report, err error) {
 	attrs := make([]attribute.KeyValue, 0, 10)
+	attrs = append(attrs, telemetry.Layer.String(l.name))
 	if l.maxAttempts > 0 {
 		attrs = append(attrs, telemetry.MaxAttempts.Int(l.maxAttempts))
 	}
@@ -374,21 +380,25 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 	c.attempts = n
 	c.frame.attempt, c.frame.delay = n, delay
 	if c.recording && c.l.retrier.MaxAttempts() > 1 {
-		ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName, attemptOptions(n, delay)...)
+		ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName)
 	}
 	return c.inner(ctx, c, c.req)
 }
 
-// firstAttempt is the start options of every first attempt: made once.
-var firstAttempt = []trace.SpanStartOption{trace.WithAttributes(telemetry.Attempt.Int(1))}
-
-// attemptOptions are an attempt span's start options: its number and, after
-// a backoff, the delay it waited.
-func attemptOptions(n int, delay time.Duration) []trace.SpanStartOption {
-	if n == 1 && delay == 0 {
-		return firstAttempt
+// endAttempt ends an attempt span with all its attributes in one call: its
+// number, the backoff it waited, and how it failed, if it did.
+func endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, telemetry.Attempt.Int(n))
+	if delay > 0 {
+		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
 	}
-	return []trace.SpanStartOption{trace.WithAttributes(telemetry.Attempt.Int(n), telemetry.RetryDelayMs.Int64(delay.Milliseconds()))}
+	if err != nil {
+		attrs = telemetry.AppendFailure(attrs, cls)
+		span.SetStatus(codes.Error, telemetry.StatusMessage(err))
+	}
+	span.SetAttributes(attrs...)
+	span.End()
 }
 
 // Refusal implements policies.Gate: a breaker inside the retry loop that is
@@ -406,13 +416,10 @@ func (c *call[Req, Resp]) Classify(ctx context.Context, err error) policies.Clas
 	return c.classify(ctx, err)
 }
 
-func (c *call[Req, Resp]) Done(_ int, err error, cls policies.Classification, _ policies.Decision) {
+func (c *call[Req, Resp]) Done(n int, err error, cls policies.Classification, _ policies.Decision) {
 	if c.aspan == nil {
 		return
 	}
-	if err != nil {
-		telemetry.RecordFailure(c.aspan, cls, err)
-	}
-	c.aspan.End()
+	endAttempt(c.aspan, n, c.frame.delay, cls, err)
 	c.aspan = nil
 }

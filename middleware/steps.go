@@ -190,7 +190,7 @@ func (l *layer[Req, Resp]) foreignStep(ps []failsafe.Policy[Resp], next step[Req
 }
 
 // foreignAttempt is one attempt of a failsafe-go retry policy.
-func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[Req, Resp], req Req) (Resp, error) {
+func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[Req, Resp], req Req) (resp Resp, err error) {
 	c.attempts = n
 	c.frame.attempt = n
 	var span trace.Span
@@ -199,18 +199,19 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 		if n > 1 && !c.lastEnd.IsZero() {
 			delay = time.Since(c.lastEnd)
 		}
-		ctx, span = c.l.tracerNow().Start(ctx, c.l.attemptName, attemptOptions(n, delay)...)
+		ctx, span = c.l.tracerNow().Start(ctx, c.l.attemptName)
 		prev := c.aspan
 		c.aspan = span
 		defer func() { c.aspan = prev }()
+		defer func() {
+			var cls policies.Classification
+			if err != nil {
+				cls = c.classify(ctx, err)
+			}
+			endAttempt(span, n, delay, cls, err)
+			c.lastEnd = time.Now()
+		}()
 	}
-	resp, err := next(ctx, c, req)
-	if span != nil {
-		if err != nil {
-			telemetry.RecordFailure(span, c.classify(ctx, err), err)
-		}
-		span.End()
-		c.lastEnd = time.Now()
-	}
+	resp, err = next(ctx, c, req)
 	return resp, err
 }

@@ -263,12 +263,16 @@ Measured with ` + "`go test -cpuprofile`" + ` on the variants that missed a targ
   over the text now looks for the first two letters of any credential pattern and runs the expressions only on a hit
   (` + "`policies.mayHoldSecret`" + `, 0.3 µs for a 72-byte message): 12.9 → about 5 µs, below failsafe-go.
 - **success path, ` + "`retrace-sdk`" + `**: 6.1 µs against 4.5 µs for the hand-made version. About 20% went to the SDK's
-  attribute handling (` + "`SetAttributes`" + `, ` + "`normAttr`" + `, the de-duplication map on export), which scales with the number of
-  attributes and of ` + "`SetAttributes`" + ` calls. The layer span is now born with its static attributes and its depth in one
-  start option made in advance per depth; attempt spans carry ` + "`retrace.attempt`" + ` (and ` + "`retrace.retry.delay_ms`" + ` after a
-  backoff) with the first attempt's options made once; a closed circuit breaker that lets a call through writes nothing.
-- **What remains**: a sampled retrace call writes more attributes than the hand-made one (the root layer span carries
-  ` + "`retrace.layer`, `max_attempts`, `retry.depth`, `attempts`, `outcome`, `calls`, `calls.worst_case`" + `, the contract users query),
-  and the SDK's cost per attribute is the rest of the difference where there is one. The policy work itself is cheaper
-  than failsafe-go's executor (` + "`retrace-noop`" + ` against ` + "`failsafe`" + `), which is what pays for those attributes.
+  attribute handling (` + "`SetAttributes`" + `, ` + "`normAttr`" + `, the start options' copy in ` + "`NewSpanStartConfig`" + `, the
+  de-duplication map on export), which grows with the number of attributes and of calls that set them. Each retrace span now
+  gets all its attributes in one ` + "`SetAttributes`" + ` call when it ends (no start options, so no copy), attempt spans carry
+  ` + "`retrace.attempt`" + ` and, after a backoff, ` + "`retrace.retry.delay_ms`" + `, and a closed circuit breaker that lets a call
+  through writes nothing: about 25% off the traced path.
+- **What remains**: with every span sampled, retrace costs about as much as the hand-made version on one goroutine and
+  more when both cores are busy (the parallel and ` + "`-cpu 1`" + ` runs, where the exporter competes for the CPU): a retrace
+  call writes more attributes (the root layer span carries ` + "`retrace.layer`, `max_attempts`, `retry.depth`, `attempts`, `outcome`, `calls`, `calls.worst_case`" + `,
+  the contract users query) and redacts every error text it records, and the SDK's
+  cost per attribute is the difference. The policy work itself is about half of failsafe-go's executor
+  (` + "`retrace-noop`" + ` against ` + "`failsafe`" + `), which is what pays for most of it. Unsampled, retrace stays below raw
+  failsafe-go.
 `
