@@ -185,8 +185,12 @@ func (d *demo) incident(ctx context.Context) (result, error) {
 		return l.Run(ctx, "Why is the payment API answering 429, and what do we do?")
 	}
 
+	// The outage and the tools' waits run on a virtual clock: 30 minutes of
+	// 429 pass only as the clients wait, never because the machine is slow.
+	naiveClock, governedClock := clock.NewVirtual(time.Now()), clock.NewVirtual(time.Now())
+
 	// Without governance.
-	docs := newDocsServer(d.clk)
+	docs := newDocsServer(naiveClock)
 	defer docs.srv.Close()
 	specs := []session.Tool{{Name: "search_docs", Description: "Search the runbooks."}, {Name: "search_cache", Description: "Yesterday's runbooks."}}
 	res, err := loop(naiveTools{"search_docs": bare(docs.search), "search_cache": bare((&cache{}).search)}, specs, ctx)
@@ -194,12 +198,12 @@ func (d *demo) incident(ctx context.Context) (result, error) {
 	naiveModelCalls := srv.Requests()
 
 	// With retrace: the same outage, a fresh downstream.
-	docs2 := newDocsServer(d.clk)
+	docs2 := newDocsServer(governedClock)
 	defer docs2.srv.Close()
 	cached := &cache{}
 	box := tool.NewBox(
-		tool.New("search_docs", docs2.search, tool.Config{Description: "Search the runbooks.", Clock: d.clk, Options: opts}),
-		tool.New("search_cache", cached.search, tool.Config{Description: "Yesterday's runbooks.", Clock: d.clk, Options: opts}),
+		tool.New("search_docs", docs2.search, tool.Config{Description: "Search the runbooks.", Clock: governedClock, Options: opts}),
+		tool.New("search_cache", cached.search, tool.Config{Description: "Yesterday's runbooks.", Clock: governedClock, Options: opts}),
 	)
 	tctx := policies.WithTaskBudget(ctx, incidentBudget)
 	start := time.Now()
