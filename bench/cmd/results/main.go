@@ -268,8 +268,9 @@ Measured with ` + "`go test -cpuprofile`" + ` on the variants that missed a targ
   gets all its attributes in one ` + "`SetAttributes`" + ` call when it ends (no start options, so no copy), attempt spans carry
   ` + "`retrace.attempt`" + ` and, after a backoff, ` + "`retrace.retry.delay_ms`" + `, and a closed circuit breaker that lets a call
   through writes nothing: about 25% off the traced path.
-- **What remains**: with every span sampled, retrace costs about as much as the hand-made version on one goroutine and
-  more when both cores are busy (the parallel and ` + "`-cpu 1`" + ` runs, where the exporter competes for the CPU): a retrace
+- **What remains**: with every span sampled, retrace costs about as much as the hand-made version on one goroutine, or
+  somewhat more (three full runs on this 2-core VM, whose neighbours move every figure by ±10–50%, gave 1.00×, 1.14× and
+  1.38× on the success path), and more when both cores are busy (the parallel and ` + "`-cpu 1`" + ` runs, where the exporter competes for the CPU): a retrace
   call writes more attributes (the root layer span carries ` + "`retrace.layer`, `max_attempts`, `retry.depth`, `attempts`, `outcome`, `calls`, `calls.worst_case`" + `,
   the contract users query) and redacts every error text it records, and the SDK's
   cost per attribute is the difference. The policy work itself is about half of failsafe-go's executor
