@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/failsafe-go/failsafe-go"
@@ -197,4 +196,3 @@ func BenchmarkCallParallel(b *testing.B) {
 	}
 }
 
-var _ = errors.New
