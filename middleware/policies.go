@@ -402,10 +402,10 @@ func endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classi
 }
 
 // Refusal implements policies.Gate: a breaker inside the retry loop that is
-// open now would refuse the next attempt.
+// open, and still cooling down, would refuse the next attempt.
 func (c *call[Req, Resp]) Refusal() *policies.RejectedError {
 	for _, g := range c.l.gates {
-		if g.State() == circuitbreaker.OpenState {
+		if g.State() == circuitbreaker.OpenState && g.RemainingDelay() > 0 {
 			return g.Rejection()
 		}
 	}

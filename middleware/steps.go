@@ -67,6 +67,7 @@ type breakerCounts interface {
 	RecordClass(policies.Class)
 	Rejection() *policies.RejectedError
 	State() circuitbreaker.State
+	RemainingDelay() time.Duration
 }
 
 func (l *layer[Req, Resp]) breakerStep(cb circuitbreaker.CircuitBreaker[Resp], next step[Req, Resp]) step[Req, Resp] {
