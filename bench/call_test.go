@@ -195,4 +195,3 @@ func BenchmarkCallParallel(b *testing.B) {
 		}
 	}
 }
-
