@@ -86,6 +86,7 @@ func events(r io.Reader) ([]string, error) {
 	}
 }
 
+// chunk is a chat.completion.chunk, text or tool calls.
 type chunk struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
@@ -94,8 +95,17 @@ type chunk struct {
 	Choices []struct {
 		Index int `json:"index"`
 		Delta struct {
-			Role    string  `json:"role"`
-			Content *string `json:"content"`
+			Role      *string `json:"role"`
+			Content   *string `json:"content"`
+			ToolCalls []struct {
+				Index    *int    `json:"index"`
+				ID       *string `json:"id"`
+				Type     *string `json:"type"`
+				Function struct {
+					Name      *string `json:"name"`
+					Arguments *string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
@@ -127,7 +137,8 @@ func contentOf(t *testing.T, evs []string) string {
 		require.NotNil(t, c.Choices[0].Delta.Content)
 		assert.Nil(t, c.Choices[0].FinishReason)
 		if i == 0 {
-			assert.Equal(t, "assistant", c.Choices[0].Delta.Role)
+			require.NotNil(t, c.Choices[0].Delta.Role)
+			assert.Equal(t, "assistant", *c.Choices[0].Delta.Role)
 		}
 		sb.WriteString(*c.Choices[0].Delta.Content)
 	}
@@ -345,6 +356,15 @@ func TestStreamEOF(t *testing.T) {
 	assert.Error(t, json.Unmarshal(raw, &v))
 }
 
+// postInto posts body and sends the error (nil for any answer) to done.
+func postInto(t *testing.T, ctx context.Context, c *http.Client, url, body string, done chan<- error) {
+	resp, err := post(t, ctx, c, url, body)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	done <- err
+}
+
 // arrivals wraps script to report each request on the returned channel.
 func arrivals(script faultserver.Script) (faultserver.Script, <-chan int) {
 	ch := make(chan int, 100)
@@ -359,13 +379,7 @@ func TestHangEndsWhenClientCancels(t *testing.T) {
 	srv, c := start(t, script)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		resp, err := post(t, ctx, c, srv.URL(), body(true, false))
-		if err == nil {
-			_ = resp.Body.Close()
-		}
-		done <- err
-	}()
+	go postInto(t, ctx, c, srv.URL(), body(true, false), done)
 	<-arrived
 	cancel()
 	assert.ErrorIs(t, <-done, context.Canceled)
@@ -378,13 +392,7 @@ func TestCloseEndsHangingAndSlowRequests(t *testing.T) {
 	srv, c := start(t, script)
 	done := make(chan error, 2)
 	for range 2 {
-		go func() {
-			resp, err := post(t, context.Background(), c, srv.URL(), body(false, false))
-			if err == nil {
-				_ = resp.Body.Close()
-			}
-			done <- err
-		}()
+		go postInto(t, context.Background(), c, srv.URL(), body(false, false), done)
 	}
 	<-arrived
 	<-arrived
@@ -400,13 +408,7 @@ func TestSlow(t *testing.T) {
 	// A client timeout ends the wait.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		resp, err := post(t, ctx, c, srv.URL(), body(false, false))
-		if err == nil {
-			_ = resp.Body.Close()
-		}
-		done <- err
-	}()
+	go postInto(t, ctx, c, srv.URL(), body(false, false), done)
 	<-arrived
 	cancel()
 	assert.ErrorIs(t, <-done, context.Canceled)

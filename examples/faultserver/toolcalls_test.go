@@ -18,44 +18,6 @@ import (
 	"github.com/retrace-go/retrace/examples/faultserver"
 )
 
-// toolChunk is a chat.completion.chunk that may carry tool calls.
-type toolChunk struct {
-	ID      string `json:"id"`
-	Object  string `json:"object"`
-	Model   string `json:"model"`
-	Choices []struct {
-		Index int `json:"index"`
-		Delta struct {
-			Role      *string `json:"role"`
-			Content   *string `json:"content"`
-			ToolCalls []struct {
-				Index    *int    `json:"index"`
-				ID       *string `json:"id"`
-				Type     *string `json:"type"`
-				Function struct {
-					Name      *string `json:"name"`
-					Arguments *string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		TotalTokens      int `json:"total_tokens"`
-	} `json:"usage"`
-}
-
-func decodeToolChunk(t *testing.T, data string) toolChunk {
-	t.Helper()
-	var c toolChunk
-	require.NoError(t, json.Unmarshal([]byte(data), &c), data)
-	assert.Equal(t, "chat.completion.chunk", c.Object)
-	assert.Equal(t, "gpt-test", c.Model)
-	return c
-}
-
 // streamedCall is a tool call reassembled from a stream.
 type streamedCall struct {
 	id, typ, name, args string
@@ -67,22 +29,22 @@ type streamedCall struct {
 // followed by argument chunks, then a finish chunk with an empty delta, the
 // usage chunk when usage is set, and [DONE]. It returns the text, the calls,
 // the finish chunk's data and the usage chunk.
-func parseToolStream(t *testing.T, evs []string, usage bool) (string, []streamedCall, string, toolChunk) {
+func parseToolStream(t *testing.T, evs []string, usage bool) (string, []streamedCall, string, chunk) {
 	t.Helper()
 	require.NotEmpty(t, evs)
 	require.Equal(t, "[DONE]", evs[len(evs)-1], "[DONE] is last")
 	evs = evs[:len(evs)-1]
-	var u toolChunk
+	var u chunk
 	if usage {
 		require.NotEmpty(t, evs)
-		u = decodeToolChunk(t, evs[len(evs)-1])
+		u = decodeChunk(t, evs[len(evs)-1])
 		assert.Empty(t, u.Choices)
 		require.NotNil(t, u.Usage)
 		evs = evs[:len(evs)-1]
 	}
 	require.NotEmpty(t, evs)
 	finish := evs[len(evs)-1]
-	fc := decodeToolChunk(t, finish)
+	fc := decodeChunk(t, finish)
 	require.Len(t, fc.Choices, 1)
 	require.NotNil(t, fc.Choices[0].FinishReason)
 	assert.Contains(t, finish, `"delta":{}`, "the finish chunk has an empty delta")
@@ -92,7 +54,7 @@ func parseToolStream(t *testing.T, evs []string, usage bool) (string, []streamed
 	var text strings.Builder
 	var calls []streamedCall
 	for i, e := range evs {
-		c := decodeToolChunk(t, e)
+		c := decodeChunk(t, e)
 		require.Len(t, c.Choices, 1, e)
 		ch := c.Choices[0]
 		assert.Nil(t, ch.FinishReason, e)
