@@ -5,7 +5,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -68,8 +72,8 @@ func (r StormResult) CallsPerLogical() float64 {
 }
 
 // Simulate runs a storm in virtual time. The clients retry with retrace's
-// own policies (policies.Retrier deciding, its jitter drawn from a source
-// seeded with cfg.Seed; a shared policies.CircuitBreaker on a fake clock), so
+// own policies (the retry policy's engine deciding, its jitter drawn from a
+// source seeded with cfg.Seed; a shared circuit breaker on a fake clock), so
 // the result is deterministic for a seed and measures the code users run.
 func Simulate(cfg StormConfig) StormResult {
 	s := newSim(cfg)
@@ -92,13 +96,13 @@ type sim struct {
 	clk       *clock.Fake
 	start     time.Time
 	now       time.Duration
-	retrier   *policies.Retrier
-	breaker   *policies.CircuitBreaker[struct{}]
+	retry     *engine.Retry
+	breaker   *engine.Breaker
 	clients   []*stormClient
 	queue     events
 	load      map[int]int
 	res       StormResult
-	transient policies.Classification
+	transient engine.Failure
 }
 
 type stormClient struct {
@@ -115,12 +119,13 @@ func newSim(cfg StormConfig) *sim {
 		retry.Backoff.Jitter = 0
 	}
 	s := &sim{
-		cfg: cfg, clk: clk, start: clk.Now(), retrier: policies.NewRetrier(retry), load: map[int]int{},
+		cfg: cfg, clk: clk, start: clk.Now(), load: map[int]int{},
+		retry:     executor[interface{ Engine() *engine.Retry }](policies.NewRetry[struct{}](retry)).Engine(),
 		res:       StormResult{Config: cfg, LogicalCalls: cfg.Clients},
-		transient: policies.Classification{Class: policies.Transient, Type: "503", Reason: "http 503"},
+		transient: engine.Failure{Class: engine.Transient},
 	}
 	if cfg.Strategy == JitterBreaker {
-		s.breaker = policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Clock: clk}).(*policies.CircuitBreaker[struct{}])
+		s.breaker = executor[interface{ Engine() *engine.Breaker }](policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Clock: clk})).Engine()
 	}
 	for range cfg.Clients {
 		ctx := context.Background()
@@ -134,8 +139,10 @@ func newSim(cfg StormConfig) *sim {
 
 // attempt sends client id's next request, or lets the breaker refuse it.
 func (s *sim) attempt(id int) {
+	var permit engine.Permit
 	if s.breaker != nil {
-		if _, ok := s.breaker.TryAcquire(); !ok {
+		var ok bool
+		if permit, ok = s.breaker.Acquire(s.clk); !ok {
 			s.failed(id, true)
 			return
 		}
@@ -146,9 +153,9 @@ func (s *sim) attempt(id int) {
 	served := s.now >= s.cfg.Outage && s.load[w] <= s.cfg.Capacity
 	if s.breaker != nil {
 		if served {
-			s.breaker.RecordClass("")
+			s.breaker.Record(permit, engine.Success, s.clk)
 		} else {
-			s.breaker.RecordClass(policies.Transient)
+			s.breaker.Record(permit, engine.Fail, s.clk)
 		}
 	}
 	if !served {
@@ -163,10 +170,12 @@ func (s *sim) attempt(id int) {
 // backoff, or the end of its logical call.
 func (s *sim) failed(id int, rejected bool) {
 	c := s.clients[id]
-	if !rejected && s.breaker != nil && s.breaker.IsOpen() {
+	if !rejected && s.breaker != nil && s.breaker.State() == circuitbreaker.OpenState {
 		rejected = true // the failure opened the breaker: a retry would be refused at once
 	}
-	d := s.retrier.Decide(c.ctx, s.clk, c.attempt, s.transient, rejected)
+	f := s.transient
+	f.Rejected = rejected
+	d := s.retry.Decide(c.ctx, s.clk, c.attempt, f, nil)
 	if d.Retry {
 		c.attempt++
 		heap.Push(&s.queue, event{at: s.now + d.Delay, client: id})
@@ -223,4 +232,11 @@ func (h *events) Pop() any {
 	e := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return e
+}
+
+// executor returns what p's executor offers of H: the engine behind one of
+// retrace's policies.
+func executor[H any, R any](p failsafe.Policy[R]) H {
+	var zero R
+	return p.ToExecutor(zero).(H)
 }

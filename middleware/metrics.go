@@ -20,7 +20,8 @@ type instruments struct {
 
 var allOutcomes = []policies.Outcome{
 	policies.OutcomeSuccess, policies.OutcomeSuccessAfterRetry, policies.OutcomeFailedPermanent,
-	policies.OutcomeFailedExhausted, policies.OutcomeBudgetExhausted, policies.OutcomeRejected, policies.OutcomeCanceled, policies.OutcomeStepLimit,
+	policies.OutcomeFailedFatal, policies.OutcomeFailedUnknown, policies.OutcomeFailedExhausted,
+	policies.OutcomeBudgetExhausted, policies.OutcomeRejected, policies.OutcomeCanceled, policies.OutcomeStepLimit,
 }
 
 func newInstruments(mp metric.MeterProvider, layer string) *instruments {
@@ -39,13 +40,13 @@ func newInstruments(mp metric.MeterProvider, layer string) *instruments {
 	return in
 }
 
-func (in *instruments) record(ctx context.Context, rep *policies.Report) {
+func (in *instruments) record(ctx context.Context, outcome policies.Outcome, attempts int) {
 	if in.calls != nil {
-		if opt, ok := in.byOutcome[rep.Outcome]; ok {
+		if opt, ok := in.byOutcome[outcome]; ok {
 			in.calls.Add(ctx, 1, opt)
 		}
 	}
 	if in.attempts != nil {
-		in.attempts.Add(ctx, int64(rep.Attempts), in.layer)
+		in.attempts.Add(ctx, int64(attempts), in.layer)
 	}
 }

@@ -20,12 +20,16 @@ type frame struct {
 	parent      *frame
 	root        *root
 	layer       string
-	maxAttempts int           // 1: not retrying; 0: unknown (a retry policy retrace cannot read)
+	maxAttempts int           // attempts (or steps) it may make; 0: unknown (a retry policy retrace cannot read)
+	retries     bool          // it retries: it counts in retrace.retry.depth and the nested-retry event
+	perAttempt  bool          // each layer called beneath it is one of its handler's own attempts (WithInnerAttempts)
 	depth       int           // retrying layers enclosing this one
 	attempt     int           // the current attempt, from 1
 	delay       time.Duration // the backoff waited before it
 	nested      atomic.Bool   // a layer started beneath the current attempt
-	childWorst  atomic.Int64  // largest worst case among the nested layers; 0 none, -1 unknown
+	childSum    atomic.Int64  // the worst cases of the layers called in the current attempt, added up
+	childMax    atomic.Int64  // the largest such sum of the attempts before it
+	unknown     atomic.Bool   // a layer beneath has no known worst case
 }
 
 // root is what the outermost layer call collects from all beneath it.
@@ -57,50 +61,75 @@ func frameFrom(ctx context.Context) *frame {
 	return f
 }
 
-func (f *frame) init(parent *frame, layer string, maxAttempts int, own *root) {
-	f.parent, f.layer, f.maxAttempts = parent, layer, maxAttempts
+func (f *frame) init(parent *frame, layer string, maxAttempts int, retries bool, own *root) {
+	f.parent, f.layer, f.maxAttempts, f.retries = parent, layer, maxAttempts, retries
 	if parent == nil {
 		f.root = own
 		return
 	}
 	f.root = parent.root
 	f.depth = parent.depth
-	if parent.retrying() {
+	if parent.retries {
 		f.depth++
 	}
 	parent.nested.Store(true)
 }
 
-func (f *frame) retrying() bool { return f.maxAttempts != 1 }
-
-// worst is the most leaf calls this layer call could have made: its own max
-// attempts times the worst among the layers beneath it; -1 when unknown.
-func (f *frame) worst() int64 {
-	if f.maxAttempts == 0 {
-		return -1
-	}
-	cw := f.childWorst.Load()
-	if cw < 0 {
-		return -1
-	}
-	return int64(f.maxAttempts) * max(cw, 1)
+// startAttempt begins attempt n, after a wait of delay: the layers the
+// previous attempt called are done, and its sum of their worst cases is
+// kept if it is the largest so far.
+func (f *frame) startAttempt(n int, delay time.Duration) {
+	f.attempt, f.delay = n, delay
+	f.fold()
 }
 
-// reportWorst hands this call's worst case to the enclosing layer.
+func (f *frame) fold() {
+	if sum := f.childSum.Swap(0); sum > f.childMax.Load() {
+		f.childMax.Store(sum)
+	}
+}
+
+// worst is the most leaf calls this layer call could have made: its max
+// attempts (or steps) times the costliest attempt among those it made, each
+// attempt costing the worst cases of the layers it called, added up (one
+// leaf call if it called none); -1 when unknown.
+func (f *frame) worst() int64 {
+	if f.maxAttempts == 0 || f.unknown.Load() {
+		return -1
+	}
+	per := max(f.childMax.Load(), f.childSum.Load(), 1)
+	return int64(f.maxAttempts) * per
+}
+
+// reportWorst adds this call's worst case to the enclosing layer's current
+// attempt.
 func (f *frame) reportWorst() {
 	p := f.parent
 	if p == nil {
 		return
 	}
 	w := f.worst()
-	for {
-		cur := p.childWorst.Load()
-		if cur < 0 || (w >= 0 && w <= cur) {
-			return
+	switch {
+	case w < 0:
+		p.unknown.Store(true)
+	case p.perAttempt:
+		// The enclosing handler's own retries (an SDK's) call this layer once
+		// each: they are already counted by its WithInnerAttempts, so the
+		// costliest of them counts, not their sum.
+		for cur := p.childSum.Load(); w > cur && !p.childSum.CompareAndSwap(cur, w); cur = p.childSum.Load() {
 		}
-		if p.childWorst.CompareAndSwap(cur, w) {
-			return
-		}
+	default:
+		p.childSum.Add(w)
+	}
+}
+
+// NextStep marks, in a handler that repeats work of its own and declared it
+// with [WithSteps] (an agent loop's turns), the start of its next step: the
+// layer's worst case is its steps times its costliest step, not the sum of
+// every step's. Outside a layer it does nothing.
+func NextStep(ctx context.Context) {
+	if f := frameFrom(ctx); f != nil {
+		f.fold()
 	}
 }
 
@@ -108,13 +137,13 @@ func (f *frame) reportWorst() {
 // time a retrying layer starts inside another retrying layer: the chain of
 // layers and the worst case of leaf calls it implies, before they happen.
 func (f *frame) announceNesting() {
-	if !f.retrying() || f.depth == 0 || f.root.span == nil {
+	if !f.retries || f.depth == 0 || f.root.span == nil {
 		return
 	}
 	var chain []string
 	worst := int64(1)
 	for x := f; x != nil; x = x.parent {
-		if !x.retrying() {
+		if !x.retries {
 			continue
 		}
 		if x.maxAttempts == 0 {

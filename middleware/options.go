@@ -1,6 +1,8 @@
 package middleware
 
 import (
+	"context"
+
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -26,6 +28,8 @@ type config struct {
 	kind        trace.SpanKind
 	policySpans bool
 	inner       int
+	steps       int
+	onAttempt   func(context.Context, AttemptEnd)
 }
 
 func newConfig(opts []Option) config {
@@ -49,13 +53,15 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	return optionFunc(func(c *config) { c.mp = mp })
 }
 
-// WithClassifier sets the classifier for policies that have none of their own.
+// WithClassifier sets the classifier for the layer's policies that have none
+// of their own: the retry and the circuit breakers alike.
 func WithClassifier(cl *policies.Classifier) Option {
 	return optionFunc(func(c *config) { c.classifier = cl })
 }
 
-// WithClock sets the clock for policies that have none of their own: backoff
-// sleeps, per-attempt timeouts.
+// WithClock sets the clock for the layer's policies that have none of their
+// own: retry sleeps, breaker cool-downs, per-attempt timeouts and bulkhead
+// waits.
 func WithClock(clk clock.Clock) Option {
 	return optionFunc(func(c *config) { c.clock = clk })
 }
@@ -92,4 +98,28 @@ func WithPolicySpans(always bool) Option {
 // hidden retry layer shows in the trace before it multiplies the calls.
 func WithInnerAttempts(n int) Option {
 	return optionFunc(func(c *config) { c.inner = n })
+}
+
+// WithSteps declares that the handler repeats work of its own up to n times
+// (an agent loop's turns, each a model call and the tools it asks for),
+// marking each step with [NextStep]. The layer's worst case is n times its
+// costliest step, so that retrace.calls.worst_case is never below the calls
+// a loop made. Steps are not retries: they do not count in
+// retrace.retry.depth or the nested-retry event.
+func WithSteps(n int) Option {
+	return optionFunc(func(c *config) { c.steps = n })
+}
+
+// AttemptEnd is how one attempt of a retrying layer ended.
+type AttemptEnd struct {
+	Attempt
+	Err   error                   // nil on success
+	Class policies.Classification // the error's classification, as the layer's spans record it
+}
+
+// WithOnAttempt calls f at the end of each attempt of the layer's retry, with
+// the call's context and the attempt's classification, so that what a
+// caller records of its attempts agrees with the spans.
+func WithOnAttempt(f func(ctx context.Context, a AttemptEnd)) Option {
+	return optionFunc(func(c *config) { c.onAttempt = f })
 }

@@ -3,7 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
-	"reflect"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -34,32 +35,37 @@ func Policies[Req, Resp any](layer string, ps ...failsafe.Policy[Resp]) Middlewa
 // outermost first as in failsafe.With, and traces it:
 //
 //   - a layer span (retrace.layer=layer) covers the whole call and ends with
-//     retrace.outcome, retrace.attempts and, on failure, retrace.diagnosis;
-//     the outermost layer span also gets retrace.calls and
-//     retrace.calls.worst_case;
+//     retrace.outcome; a retrying layer's span also gets retrace.attempts,
+//     retrace.max_attempts and, on failure, retrace.diagnosis; the outermost
+//     layer span gets retrace.calls and retrace.calls.worst_case;
 //   - a retrying layer opens one child span per attempt (retrace.attempt,
 //     retrace.retry.delay_ms); a failed attempt has status Error,
-//     retrace.error.class and error.type, and an error that a retry then
-//     fixed stays on its attempt span;
+//     retrace.error.class, retrace.error.reason and error.type, and an error
+//     that a retry then fixed stays on its attempt span;
 //   - inside each attempt, a circuit breaker, bulkhead or timeout that acts
 //     opens a span of its own around the inner handler ([WithPolicySpans]).
 //
-// The retry policy from policies.NewRetry is driven by retrace itself, so
-// spans know its limits; a circuit breaker (any
-// circuitbreaker.CircuitBreaker) and the bulkhead and timeout from policies
-// are driven through their permit APIs, so that each attempt's context, with
-// its span, reaches the handler. Any other failsafe-go policy (a plain
-// retrypolicy, a rate limiter, a fallback, a hedge) runs through failsafe-go's
-// executor, with attempt spans for a plain retry policy too.
+// Settings given once reach every policy they concern: a policy's own
+// classifier, else the layer's ([WithClassifier]), else the defaults, for
+// the retry and the breaker alike; a policy's own clock, else the layer's
+// ([WithClock]), for retry sleeps, breaker cool-downs, timeouts and bulkhead
+// waits. The task budget ([policies.WithTaskBudget]) bounds every retry
+// beneath it, a plain failsafe-go retry policy's too.
 //
-// Each span gets its retrace attributes in one call when it ends, which is
-// what the SDK makes cheapest; a head sampler sees only the span's name and
-// the attributes given with WithAttributes.
+// retrace's own policies (policies.NewRetry, NewCircuitBreaker, NewBulkhead,
+// NewTimeout) and any failsafe-go circuit breaker are driven by retrace
+// itself, so that each attempt's context, with its span, reaches the handler.
+// Any other failsafe-go policy (a plain retrypolicy, a rate limiter, a
+// fallback, a hedge) runs through failsafe-go's executor, with attempt spans
+// for a plain retry policy too.
 //
-// A failed call returns a *policies.FailedError that wraps the last error. A
-// panic in the handler is recovered into a *policies.PanicError (class
-// Programming, never retried) so that no permit leaks; it is the one place
-// retrace recovers panics.
+// A layer with no retry policy passes its handler's error through
+// unchanged. A retrying layer that gives up returns a *policies.FailedError
+// that wraps the last error, or, when it stops after one attempt on an inner
+// layer's FailedError for the same reason, that error unchanged. A panic in
+// the handler is recovered into a *policies.PanicError (class Programming,
+// never retried) so that no permit leaks; it is the one place retrace
+// recovers a handler's panics.
 func PoliciesWith[Req, Resp any](layer string, opts []Option, ps ...failsafe.Policy[Resp]) Middleware[Req, Resp] {
 	l := newLayer[Req, Resp](layer, newConfig(opts), ps)
 	return func(next Handler[Req, Resp]) Handler[Req, Resp] {
@@ -77,16 +83,15 @@ type layer[Req, Resp any] struct {
 	attemptName   string
 	cfg           config
 	ps            []failsafe.Policy[Resp]
-	retryAt       int               // index in ps of the retry policy retrace drives, -1 if none
-	retrier       *policies.Retrier // that policy's logic, nil if none
-	maxAttempts   int               // 0 when a retry policy's limit is unknown
-	frameAttempts int               // maxAttempts times the handler's own attempts (WithInnerAttempts)
-	foreignRetry  bool              // a failsafe-go retry policy retrace cannot read
-	classifier    *policies.Classifier
-	clock         clock.Clock
+	retryAt       int          // index in ps of the retry policy retrace drives, -1 if none
+	retry         *engine.Retry // that policy's limits, nil if none
+	judge         judge        // that policy's judge, else a default one
+	maxAttempts   int          // 1 when not retrying; 0 when a retry policy's limit is unknown
+	frameAttempts int          // maxAttempts times the handler's own attempts (WithInnerAttempts)
+	foreignRetry  bool         // a failsafe-go retry policy retrace cannot read
 	startOpts     []trace.SpanStartOption
 	tracer        atomic.Pointer[tracerFor]
-	gates         []breakerCounts // the breakers inside the retry loop, asked before a retry
+	gates         []breakerPolicy // the breakers inside the retry loop, asked before a retry
 	meter         *instruments
 }
 
@@ -95,34 +100,32 @@ type tracerFor struct {
 	tracer trace.Tracer
 }
 
-// retrierOf is implemented by the retry policy from policies.NewRetry.
-type retrierOf interface{ Retrier() *policies.Retrier }
-
 func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]) *layer[Req, Resp] {
-	l := &layer[Req, Resp]{name: name, cfg: cfg, retryAt: -1, maxAttempts: 1, clock: cfg.clock}
+	l := &layer[Req, Resp]{name: name, cfg: cfg, retryAt: -1, maxAttempts: 1}
 	for _, p := range ps {
 		if p != nil {
 			l.ps = append(l.ps, p)
 		}
 	}
 	for i, p := range l.ps {
-		if r, ok := p.(retrierOf); ok && l.retryAt < 0 {
-			l.retryAt, l.retrier = i, r.Retrier()
-			l.maxAttempts = r.Retrier().MaxAttempts()
-		} else if isFailsafe(p, "retrypolicy") {
-			l.foreignRetry, l.maxAttempts = true, 0
+		if r, ok := executorOf[retryPolicy](p); ok && l.retryAt < 0 {
+			l.retryAt, l.retry, l.judge = i, r.Engine(), r
+			l.maxAttempts = r.Engine().MaxAttempts
+		} else if isFailsafeRetry(p) {
+			l.foreignRetry, l.maxAttempts = true, 0 // failsafe-go's retry policy does not say its limit
 		}
 	}
-	l.classifier = cfg.classifier
-	if l.retrier != nil && l.retrier.Config().Classifier != nil {
-		l.classifier = l.retrier.Config().Classifier
-	}
-	if l.foreignRetry {
-		l.maxAttempts = 0 // a failsafe-go retry policy does not say its limit
+	if l.judge == nil {
+		// A layer without retrace's retry judges as one that makes a single
+		// attempt, with the layer's classifier.
+		l.judge, _ = executorOf[judge](failsafe.Policy[Resp](policies.NewRetry[Resp](policies.RetryConfig{MaxAttempts: 1})))
 	}
 	l.frameAttempts = l.maxAttempts
 	if cfg.inner > 1 {
 		l.frameAttempts *= cfg.inner
+	}
+	if cfg.steps > 1 {
+		l.frameAttempts *= cfg.steps
 	}
 	l.spanName = cfg.spanName
 	if l.spanName == "" {
@@ -145,14 +148,8 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 	return l
 }
 
-// isFailsafe reports whether p is a failsafe-go policy from package pkg.
-func isFailsafe(p any, pkg string) bool {
-	t := reflect.TypeOf(p)
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return t.PkgPath() == "github.com/failsafe-go/failsafe-go/"+pkg
-}
+// retrying reports whether the layer runs a retry loop of its own.
+func (l *layer[Req, Resp]) retrying() bool { return l.retry != nil || l.foreignRetry }
 
 // tracerNow returns the tracer of the configured provider or, without one,
 // of the global provider as it is now.
@@ -181,8 +178,8 @@ func (l *layer[Req, Resp]) build(next Handler[Req, Resp]) step[Req, Resp] {
 	}
 	s = l.wrap(l.ps[l.retryAt+1:], s)
 	for _, p := range l.ps[l.retryAt+1:] {
-		if g, ok := p.(breakerCounts); ok {
-			l.gates = append(l.gates, g)
+		if b, ok := executorOf[breakerPolicy](p); ok {
+			l.gates = append(l.gates, b)
 		}
 	}
 	s = l.loopStep(s)
@@ -193,32 +190,37 @@ func (l *layer[Req, Resp]) build(next Handler[Req, Resp]) step[Req, Resp] {
 // retrace does not drive itself share one failsafe-go executor.
 func (l *layer[Req, Resp]) wrap(ps []failsafe.Policy[Resp], s step[Req, Resp]) step[Req, Resp] {
 	for i := len(ps) - 1; i >= 0; {
-		switch p := ps[i].(type) {
-		case circuitbreaker.CircuitBreaker[Resp]:
-			s = l.breakerStep(p, s)
-		case *policies.Bulkhead[Resp]:
-			s = l.bulkheadStep(p, s)
-		case *policies.Timeout[Resp]:
-			s = l.timeoutStep(p, s)
-		default:
-			j := i
-			for j > 0 && !l.drives(ps[j-1]) {
-				j--
-			}
-			s = l.foreignStep(ps[j:i+1], s)
-			i = j
+		if d := l.driven(ps[i], s); d != nil {
+			s = d
+			i--
+			continue
 		}
-		i--
+		j := i
+		for j > 0 && l.driven(ps[j-1], s) == nil {
+			j--
+		}
+		s = l.foreignStep(ps[j:i+1], s)
+		i = j - 1
 	}
 	return s
 }
 
-func (l *layer[Req, Resp]) drives(p failsafe.Policy[Resp]) bool {
-	switch p.(type) {
-	case circuitbreaker.CircuitBreaker[Resp], *policies.Bulkhead[Resp], *policies.Timeout[Resp]:
-		return true
+// driven returns the step that drives p around s, or nil when p is not a
+// policy retrace drives itself.
+func (l *layer[Req, Resp]) driven(p failsafe.Policy[Resp], s step[Req, Resp]) step[Req, Resp] {
+	if b, ok := executorOf[breakerPolicy](p); ok {
+		return l.breakerStep(b, s)
 	}
-	return false
+	if b, ok := executorOf[bulkheadPolicy](p); ok {
+		return l.bulkheadStep(b, s)
+	}
+	if t, ok := executorOf[timeoutPolicy](p); ok {
+		return l.timeoutStep(t, s)
+	}
+	if cb, ok := p.(circuitbreaker.CircuitBreaker[Resp]); ok {
+		return l.foreignBreakerStep(cb, s)
+	}
+	return nil
 }
 
 // call is one call through a layer; it is allocated once per call and
@@ -235,9 +237,12 @@ type call[Req, Resp any] struct {
 	recording bool
 	attempts  int
 	lastEnd   time.Time // when the previous attempt ended (for a failsafe-go retry's delay)
-	lastErr   error     // the last classified error and its class
+	lastErr   error     // the last judged error and its classification
 	lastCls   policies.Classification
-	report    *policies.Report
+	lastFail  engine.Failure
+	rejected  bool           // this attempt was refused by the layer's own breaker or bulkhead
+	report    *engine.Report // how the retry loop ended, nil if it did not run
+	budgetOut bool           // the task budget refused a failsafe-go retry policy's retry
 }
 
 // current is the span that policy state without a span of its own goes on.
@@ -248,10 +253,13 @@ func (c *call[Req, Resp]) current() trace.Span {
 	return c.span
 }
 
+func (l *layer[Req, Resp]) clock() clock.Clock { return l.cfg.clock }
+
 func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Resp]) (Resp, error) {
 	c := &call[Req, Resp]{l: l, req: req}
 	parent := frameFrom(ctx)
-	c.frame.init(parent, l.name, l.frameAttempts, &c.root)
+	c.frame.init(parent, l.name, l.frameAttempts, l.retrying() || l.cfg.inner > 1, &c.root)
+	c.frame.perAttempt = l.cfg.inner > 1
 	c.fctx = frameCtx{Context: ctx, f: &c.frame}
 	ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, l.startOpts...)
 	c.recording = c.span.IsRecording()
@@ -265,161 +273,187 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 
 	resp, err := body(ctx, c, req)
 
-	rep := c.report
-	if rep == nil || (err != nil && err != error(rep.Err)) {
-		rep = l.finalReport(ctx, c, err)
-		if rep.Err != nil {
-			err = rep.Err
+	outcome, attempts := policies.OutcomeSuccess, max(c.attempts, 1)
+	var cls policies.Classification
+	switch {
+	case c.report != nil:
+		rep := *c.report
+		outcome, attempts, cls = policies.Outcome(rep.Outcome), rep.Attempts, c.lastCls
+		if rep.Err != nil || rep.Cause != nil {
+			err = l.judge.Fail(l.name, rep, cls)
+			cls = policies.Classify(err) // the failure's own: canceled when the caller ended it
 		}
-	}
-	if rep.Err != nil {
-		rep.Err.Layer = l.name
+	case err != nil:
+		cls = c.classify(ctx, err)
+		outcome = l.outcome(ctx, c, err, cls)
+		if l.retrying() || c.budgetOut {
+			err = l.judge.Fail(l.name, engine.Report{Attempts: c.attempts, Outcome: string(outcome), Err: err,
+				Failure: c.lastFail, Cause: causeIf(ctx, outcome)}, cls)
+			cls = policies.Classify(err)
+		}
+	case c.attempts > 1:
+		outcome = policies.OutcomeSuccessAfterRetry
 	}
 	c.frame.reportWorst()
 	if c.recording {
-		l.endSpan(c, rep, err)
+		l.endSpan(c, outcome, attempts, cls, err)
 	}
 	c.span.End()
-	l.meter.record(ctx, rep)
+	l.meter.record(ctx, outcome, attempts)
 	return resp, err
 }
 
-// endSpan sets the layer span's attributes, all in one call: the limit,
-// the depth, how the call ended and, on the outermost layer, the counts.
-func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], rep *policies.Report, err error) {
-	attrs := make([]attribute.KeyValue, 0, 10)
-	attrs = append(attrs, telemetry.Layer.String(l.name))
-	if l.maxAttempts > 0 {
-		attrs = append(attrs, telemetry.MaxAttempts.Int(l.maxAttempts))
+// outcome is how a call whose error did not come out of retrace's retry
+// loop ends: a policy before the loop refused it, a failsafe-go retry policy
+// gave up, or the layer does not retry.
+func (l *layer[Req, Resp]) outcome(ctx context.Context, c *call[Req, Resp], err error, cls policies.Classification) policies.Outcome {
+	if o, ok := outcomeOf(err); ok {
+		return o
 	}
-	attrs = append(attrs, telemetry.RetryDepth.Int(c.frame.depth),
-		telemetry.Attempts.Int(rep.Attempts), telemetry.Outcome.String(string(rep.Outcome)))
-	if rep.Diagnosis != "" {
-		attrs = append(attrs, telemetry.Diagnosis.String(rep.Diagnosis))
+	switch {
+	case ctx.Err() != nil:
+		return policies.OutcomeCanceled
+	case c.rejected:
+		return policies.OutcomeRejected
+	case c.budgetOut, errors.Is(err, budget.ErrExceeded):
+		return policies.OutcomeBudgetExhausted
+	case l.foreignRetry && cls.Class == policies.Unknown:
+		return policies.OutcomeFailedExhausted // failsafe-go's retry policy retries every error
 	}
-	if b := policies.TaskBudgetFrom(c.fctx.Context); b != nil {
+	return policies.Outcome(engine.StopOutcome(string(cls.Class)))
+}
+
+func causeIf(ctx context.Context, o policies.Outcome) error {
+	if o == policies.OutcomeCanceled {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// endSpan sets the layer span's attributes, all in one call: how the call
+// ended, and for a retrying layer its limit, attempts and diagnosis, and on
+// the outermost layer the counts.
+func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome, attempts int, cls policies.Classification, err error) {
+	attrs := make([]attribute.KeyValue, 0, 12)
+	attrs = append(attrs, telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(c.frame.depth),
+		telemetry.Outcome.String(string(outcome)))
+	if l.retrying() {
+		if l.maxAttempts > 0 {
+			attrs = append(attrs, telemetry.MaxAttempts.Int(l.maxAttempts))
+		}
+		attrs = append(attrs, telemetry.Attempts.Int(attempts))
+		if fe, ok := err.(*policies.FailedError); ok {
+			attrs = append(attrs, telemetry.Diagnosis.String(fe.Diagnosis()))
+		} else if outcome == policies.OutcomeSuccessAfterRetry {
+			attrs = append(attrs, telemetry.Diagnosis.String("succeeded on attempt "+strconv.Itoa(attempts)))
+		}
+	} else if _, own := outcomeOf(err); own {
+		// A handler that ends the layer with an outcome of its own (an agent
+		// loop's step limit) says why, though the layer made no attempts.
+		fe := &policies.FailedError{Outcome: outcome, Err: err}
+		attrs = append(attrs, telemetry.Diagnosis.String(fe.Diagnosis()))
+	}
+	if b, ok := engine.BudgetFrom(c.fctx.Context).(*policies.TaskBudget); ok {
 		attrs = append(attrs, telemetry.BudgetLeft.Int(b.Remaining()))
 	}
 	if c.frame.parent == nil {
-		attrs = append(attrs, telemetry.Calls.Int64(c.root.calls.Load()))
+		calls := c.root.calls.Load()
+		attrs = append(attrs, telemetry.Calls.Int64(calls))
 		if w := c.frame.worst(); w > 0 {
-			attrs = append(attrs, telemetry.CallsWorstCase.Int64(w))
+			attrs = append(attrs, telemetry.CallsWorstCase.Int64(max(w, calls)))
 		}
 	}
-	if err != nil && rep.Err != nil {
-		attrs = telemetry.AppendFailure(attrs, policies.Classification{Class: rep.Err.Class, Type: rep.Err.Type})
-		c.span.SetStatus(codes.Error, telemetry.StatusMessage(err))
+	if err != nil {
+		attrs = appendFailure(attrs, cls)
+		c.span.SetStatus(codes.Error, statusMessage(err))
 	}
 	c.span.SetAttributes(attrs...)
 }
 
-// finalReport describes a call whose error did not come out of retrace's
-// retry loop: a policy before the loop refused it, or a failsafe-go retry
-// policy gave up.
-func (l *layer[Req, Resp]) finalReport(ctx context.Context, c *call[Req, Resp], err error) *policies.Report {
-	n := max(c.attempts, 1)
-	if err == nil {
-		o := policies.OutcomeSuccess
-		if n > 1 {
-			o = policies.OutcomeSuccessAfterRetry
-		}
-		return &policies.Report{Attempts: n, Outcome: o}
-	}
-	var fe *policies.FailedError
-	if errors.As(err, &fe) && fe.Layer == "" {
-		return &policies.Report{Attempts: fe.Attempts, Outcome: fe.Outcome, Diagnosis: fe.Diagnosis, Err: fe}
-	}
-	cls := c.classify(ctx, err)
-	var d policies.Decision
-	var oe policies.OutcomeError
-	switch _, rejected := err.(*policies.RejectedError); {
-	case errors.As(err, &oe):
-		d.Outcome = oe.Outcome()
-	case ctx.Err() != nil:
-		d.Outcome = policies.OutcomeCanceled
-	case rejected:
-		d.Outcome = policies.OutcomeRejected
-	case errors.Is(err, budget.ErrExceeded):
-		d.Outcome = policies.OutcomeBudgetExhausted
-	case cls.Class == policies.Transient, cls.Class == policies.Unknown && l.foreignRetry:
-		d.Outcome = policies.OutcomeFailedExhausted
-	default:
-		d.Outcome = policies.OutcomeFailedPermanent
-	}
-	diag := policies.Diagnose(d.Outcome, n, "", cls, err)
-	return &policies.Report{Attempts: n, Outcome: d.Outcome, Diagnosis: diag, Err: &policies.FailedError{
-		Outcome: d.Outcome, Attempts: n, Class: cls.Class, Type: cls.Type, Diagnosis: diag, Err: err,
-	}}
-}
-
-// classify classifies err once per error value, as the layer's retry
-// policy sees it.
+// classify classifies err once per error value, as the layer's judge sees it.
 func (c *call[Req, Resp]) classify(ctx context.Context, err error) policies.Classification {
 	if err == c.lastErr && err != nil {
 		return c.lastCls
 	}
-	c.lastErr, c.lastCls = err, policies.ClassifyContext(ctx, c.l.classifier, err)
+	c.lastErr = err
+	c.lastCls, c.lastFail = c.l.judge.Judge(ctx, c.l.cfg.classifier, err)
 	return c.lastCls
 }
 
-// The retry loop: call implements policies.Attempter.
+// The retry loop: call implements engine.Attempter and engine.Gate.
 
 func (l *layer[Req, Resp]) loopStep(inner step[Req, Resp]) step[Req, Resp] {
 	return func(ctx context.Context, c *call[Req, Resp], _ Req) (Resp, error) {
 		c.inner = inner
-		resp, rep := policies.Do[Resp](ctx, l.retrier, l.clock, c)
+		resp, rep := engine.Do[Resp](ctx, l.retry, l.clock(), c)
 		c.report = &rep
-		if rep.Err != nil {
-			return resp, rep.Err
-		}
-		return resp, nil
+		return resp, rep.Err
 	}
 }
 
 func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duration) (Resp, error) {
 	c.attempts = n
-	c.frame.attempt, c.frame.delay = n, delay
-	if c.recording && c.l.retrier.MaxAttempts() > 1 {
+	c.rejected = false
+	c.frame.startAttempt(n, delay)
+	if c.recording && c.l.retry.MaxAttempts > 1 {
 		ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName)
 	}
 	return c.inner(ctx, c, c.req)
 }
 
-// endAttempt ends an attempt span with all its attributes in one call: its
-// number, the backoff it waited, and how it failed, if it did.
-func endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
-	attrs := make([]attribute.KeyValue, 0, 5)
-	attrs = append(attrs, telemetry.Attempt.Int(n))
-	if delay > 0 {
-		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
+func (c *call[Req, Resp]) Judge(ctx context.Context, err error) engine.Failure {
+	c.classify(ctx, err)
+	f := c.lastFail
+	if c.rejected {
+		f.Rejected, f.Held = true, false
 	}
-	if err != nil {
-		attrs = telemetry.AppendFailure(attrs, cls)
-		span.SetStatus(codes.Error, telemetry.StatusMessage(err))
-	}
-	span.SetAttributes(attrs...)
-	span.End()
+	return f
 }
 
-// Refusal implements policies.Gate: a breaker inside the retry loop that is
+// Refusal implements engine.Gate: a breaker inside the retry loop that is
 // open, and still cooling down, would refuse the next attempt.
-func (c *call[Req, Resp]) Refusal() *policies.RejectedError {
+func (c *call[Req, Resp]) Refusal() error {
 	for _, g := range c.l.gates {
-		if g.State() == circuitbreaker.OpenState && g.RemainingDelay() > 0 {
-			return g.Rejection()
+		if b := g.Engine(); b.State() == circuitbreaker.OpenState && b.Remaining(c.l.clock()) > 0 {
+			return g.Rejection(c.l.clock())
 		}
 	}
 	return nil
 }
 
-func (c *call[Req, Resp]) Classify(ctx context.Context, err error) policies.Classification {
-	return c.classify(ctx, err)
-}
-
-func (c *call[Req, Resp]) Done(n int, err error, cls policies.Classification, _ policies.Decision) {
+func (c *call[Req, Resp]) Done(n int, err error, _ engine.Decision) {
+	var cls policies.Classification
+	if err != nil {
+		cls = c.lastCls
+	}
+	c.attemptEnded(n, c.frame.delay, err, cls)
 	if c.aspan == nil {
 		return
 	}
 	endAttempt(c.aspan, n, c.frame.delay, cls, err)
 	c.aspan = nil
 }
+
+// attemptEnded tells the layer's WithOnAttempt observer, if it has one.
+func (c *call[Req, Resp]) attemptEnded(n int, delay time.Duration, err error, cls policies.Classification) {
+	if f := c.l.cfg.onAttempt; f != nil {
+		f(c.fctx.Context, AttemptEnd{Attempt: Attempt{Layer: c.l.name, N: n, MaxAttempts: c.l.maxAttempts, Delay: delay}, Err: err, Class: cls})
+	}
+}
+
+// endAttempt ends an attempt span with all its attributes in one call: its
+// number, the backoff it waited, and how it failed, if it did.
+func endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
+	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs, telemetry.Attempt.Int(n))
+	if delay > 0 {
+		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
+	}
+	if err != nil {
+		attrs = appendFailure(attrs, cls)
+		span.SetStatus(codes.Error, statusMessage(err))
+	}
+	span.SetAttributes(attrs...)
+	span.End()
+}
+

@@ -546,5 +546,5 @@ func TestCanceledBeforeTheFirstAttempt(t *testing.T) {
 	assert.Equal(t, int64(0), calls.Load(), "a canceled call reaches nothing")
 	l := layerSpans(rec, "tool")[0]
 	assert.Equal(t, "canceled", str(l, telemetry.Outcome))
-	assert.Equal(t, "canceled after 0 attempts (before the first attempt): context canceled", str(l, telemetry.Diagnosis))
+	assert.Equal(t, "canceled before the first attempt: context canceled", str(l, telemetry.Diagnosis))
 }

@@ -7,10 +7,13 @@ import (
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -28,8 +31,9 @@ func leafStep[Req, Resp any](next Handler[Req, Resp]) step[Req, Resp] {
 	}
 }
 
-// callHandler is the one place retrace recovers panics: a panicking handler
-// becomes a Programming error, and the permits held around it are released.
+// callHandler is the one place retrace recovers a handler's panics: a
+// panicking handler becomes a Programming error, and the permits held
+// around it are released.
 func callHandler[Req, Resp any](ctx context.Context, next Handler[Req, Resp], req Req) (resp Resp, err error) {
 	defer func() {
 		if v := recover(); v != nil {
@@ -54,66 +58,75 @@ func (c *call[Req, Resp]) endPolicySpan(ctx context.Context, span trace.Span, er
 		return
 	}
 	if err != nil {
-		telemetry.RecordFailure(span, c.classify(ctx, err), err)
+		span.SetAttributes(appendFailure(nil, c.classify(ctx, err))...)
+		span.SetStatus(codes.Error, statusMessage(err))
 	}
 	span.End()
 }
 
-// breakerCounts is implemented by policies.CircuitBreaker: a permit that
-// says in which state it was granted, and a record by class, so that the
-// error is classified once.
-type breakerCounts interface {
-	TryAcquire() (circuitbreaker.State, bool)
-	RecordClass(policies.Class)
-	Rejection() *policies.RejectedError
-	State() circuitbreaker.State
-	RemainingDelay() time.Duration
+// reject ends an attempt that the layer's own breaker or bulkhead refused.
+func (c *call[Req, Resp]) reject(ctx context.Context, policy string, rej error, attrs ...attribute.KeyValue) (Resp, error) {
+	c.rejected = true
+	_, span := c.policySpan(ctx, policy, attrs...)
+	c.endPolicySpan(ctx, span, rej)
+	var zero Resp
+	return zero, rej
 }
 
-func (l *layer[Req, Resp]) breakerStep(cb circuitbreaker.CircuitBreaker[Resp], next step[Req, Resp]) step[Req, Resp] {
-	counts, _ := cb.(breakerCounts)
+// breakerStep drives one of retrace's breakers: a permit per attempt, the
+// end of the attempt recorded by its class, as the breaker's own classifier,
+// else the layer's, else the defaults sees it, on the breaker's clock, else
+// the layer's.
+func (l *layer[Req, Resp]) breakerStep(h breakerPolicy, next step[Req, Resp]) step[Req, Resp] {
+	b := h.Engine()
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
-		var (
-			state circuitbreaker.State
-			ok    bool
-		)
-		if counts != nil {
-			state, ok = counts.TryAcquire()
-		} else {
-			state = cb.State()
-			ok = cb.TryAcquirePermit()
-		}
-		stateAttr := telemetry.CircuitState.String(telemetry.CircuitStateValue(state.String()))
+		clk := l.clock()
+		permit, ok := b.Acquire(clk)
 		if !ok {
-			var rej *policies.RejectedError
-			if counts != nil {
-				rej = counts.Rejection()
-			} else {
-				rej = &policies.RejectedError{Policy: telemetry.PolicyCircuitBreaker, RetryAfter: cb.RemainingDelay(), Err: circuitbreaker.ErrOpen}
-			}
-			_, span := c.policySpan(ctx, telemetry.PolicyCircuitBreaker, telemetry.CircuitState.String("open"))
-			c.endPolicySpan(ctx, span, rej)
 			if c.recording {
-				c.current().SetAttributes(telemetry.CircuitState.String("open"))
+				c.current().SetAttributes(telemetry.CircuitState.String(telemetry.CircuitOpen))
 			}
-			var zero Resp
-			return zero, rej
+			return c.reject(ctx, telemetry.PolicyCircuitBreaker, h.Rejection(clk), telemetry.CircuitState.String(telemetry.CircuitOpen))
 		}
 		// A closed breaker that lets a call through did nothing worth a span
-		// or an attribute; one that is half open is probing, and says so.
+		// or an attribute; a half-open one is probing, and says so.
 		var span trace.Span
-		if l.cfg.policySpans || state != circuitbreaker.ClosedState {
-			ctx, span = c.policySpan(ctx, telemetry.PolicyCircuitBreaker, stateAttr)
+		if l.cfg.policySpans || permit.Probe() {
+			state := telemetry.CircuitClosed
+			if permit.Probe() {
+				state = telemetry.CircuitHalfOpen
+			}
+			ctx, span = c.policySpan(ctx, telemetry.PolicyCircuitBreaker, telemetry.CircuitState.String(state))
 		}
 		resp, err := next(ctx, c, req)
-		switch {
-		case err == nil && counts != nil:
-			counts.RecordClass("")
-		case err == nil:
+		count := engine.Success
+		if err != nil {
+			cls, _ := h.Judge(ctx, l.cfg.classifier, err)
+			count = engine.CountOf(string(cls.Class))
+		}
+		b.Record(permit, count, clk)
+		c.endPolicySpan(ctx, span, err)
+		return resp, err
+	}
+}
+
+// foreignBreakerStep drives a failsafe-go circuit breaker through its permit
+// API.
+func (l *layer[Req, Resp]) foreignBreakerStep(cb circuitbreaker.CircuitBreaker[Resp], next step[Req, Resp]) step[Req, Resp] {
+	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
+		state := cb.State()
+		if !cb.TryAcquirePermit() {
+			rej := &policies.RejectedError{Policy: telemetry.PolicyCircuitBreaker, RetryAfter: cb.RemainingDelay(), Err: circuitbreaker.ErrOpen}
+			return c.reject(ctx, telemetry.PolicyCircuitBreaker, rej, telemetry.CircuitState.String(telemetry.CircuitOpen))
+		}
+		var span trace.Span
+		if l.cfg.policySpans || state != circuitbreaker.ClosedState {
+			ctx, span = c.policySpan(ctx, telemetry.PolicyCircuitBreaker, telemetry.CircuitState.String(circuitState(state)))
+		}
+		resp, err := next(ctx, c, req)
+		if err == nil {
 			cb.RecordSuccess()
-		case counts != nil:
-			counts.RecordClass(c.classify(ctx, err).Class)
-		default:
+		} else {
 			cb.RecordError(err)
 		}
 		c.endPolicySpan(ctx, span, err)
@@ -121,12 +134,18 @@ func (l *layer[Req, Resp]) breakerStep(cb circuitbreaker.CircuitBreaker[Resp], n
 	}
 }
 
-func (l *layer[Req, Resp]) bulkheadStep(b *policies.Bulkhead[Resp], next step[Req, Resp]) step[Req, Resp] {
+// bulkheadStep takes a slot per attempt, waiting on the layer's clock.
+func (l *layer[Req, Resp]) bulkheadStep(h bulkheadPolicy, next step[Req, Resp]) step[Req, Resp] {
+	b := h.Engine()
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		var span trace.Span
-		if !b.TryAcquirePermit() {
+		if !b.TryAcquire() {
+			// The call waits for a slot, or is refused: the bulkhead acts.
 			ctx, span = c.policySpan(ctx, telemetry.PolicyBulkhead)
-			if err := b.Acquire(ctx); err != nil {
+			if err := h.Acquire(ctx, l.clock()); err != nil {
+				if _, full := err.(*policies.RejectedError); full {
+					c.rejected = true
+				}
 				c.endPolicySpan(ctx, span, err)
 				var zero Resp
 				return zero, err
@@ -135,21 +154,16 @@ func (l *layer[Req, Resp]) bulkheadStep(b *policies.Bulkhead[Resp], next step[Re
 			ctx, span = c.policySpan(ctx, telemetry.PolicyBulkhead)
 		}
 		resp, err := next(ctx, c, req)
-		b.ReleasePermit()
+		b.Release()
 		c.endPolicySpan(ctx, span, err)
 		return resp, err
 	}
 }
 
-func (l *layer[Req, Resp]) timeoutStep(t *policies.Timeout[Resp], next step[Req, Resp]) step[Req, Resp] {
-	clk := t.Clock()
-	if clk == nil {
-		clk = l.clock
-	}
-	if clk == nil {
-		clk = clock.Real()
-	}
-	limit := t.Limit()
+// timeoutStep bounds an attempt on the timeout's clock, else the layer's.
+func (l *layer[Req, Resp]) timeoutStep(h timeoutPolicy, next step[Req, Resp]) step[Req, Resp] {
+	limit, own := h.Engine()
+	clk := engine.Or(own, l.clock())
 	cause := &policies.TimeoutError{After: limit}
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		var span trace.Span
@@ -172,47 +186,80 @@ func (l *layer[Req, Resp]) timeoutStep(t *policies.Timeout[Resp], next step[Req,
 }
 
 // foreignStep runs policies retrace does not drive through one failsafe-go
-// executor. A failsafe-go retry policy among them gets attempt spans too.
+// executor. A failsafe-go retry policy among them gets attempt spans, and
+// its retries draw from the task budget: when the budget refuses one, the
+// execution is canceled before the retry reaches the handler.
 func (l *layer[Req, Resp]) foreignStep(ps []failsafe.Policy[Resp], next step[Req, Resp]) step[Req, Resp] {
 	exec := failsafe.With(ps...)
 	retries := false
 	for _, p := range ps {
-		retries = retries || isFailsafe(p, "retrypolicy")
+		retries = retries || isFailsafeRetry(p)
 	}
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
-		return exec.WithContext(ctx).GetWithExecution(func(e failsafe.Execution[Resp]) (Resp, error) {
-			actx := e.Context()
-			if !retries {
-				return next(actx, c, req)
+		if !retries {
+			return exec.WithContext(ctx).GetWithExecution(func(e failsafe.Execution[Resp]) (Resp, error) {
+				return next(e.Context(), c, req)
+			})
+		}
+		ectx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var last error
+		resp, err := exec.WithContext(ectx).GetWithExecution(func(e failsafe.Execution[Resp]) (Resp, error) {
+			n := e.Attempts()
+			if n > 1 {
+				if b := engine.BudgetFrom(ctx); b != nil && !b.TryDraw() {
+					c.budgetOut = true
+					cancel()
+					var zero Resp
+					return zero, policies.ErrBudgetExhausted
+				}
 			}
-			return c.foreignAttempt(actx, e.Attempts(), next, req)
+			resp, err := c.foreignAttempt(e.Context(), n, next, req)
+			last = err
+			return resp, err
 		})
+		if c.budgetOut && last != nil {
+			return resp, last
+		}
+		return resp, err
 	}
 }
 
 // foreignAttempt is one attempt of a failsafe-go retry policy.
 func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[Req, Resp], req Req) (resp Resp, err error) {
 	c.attempts = n
-	c.frame.attempt = n
+	now := engine.Or(c.l.clock()).Now()
+	var delay time.Duration
+	if n > 1 && !c.lastEnd.IsZero() {
+		delay = now.Sub(c.lastEnd)
+	}
+	c.frame.startAttempt(n, delay)
 	var span trace.Span
 	if c.recording {
-		var delay time.Duration
-		if n > 1 && !c.lastEnd.IsZero() {
-			delay = time.Since(c.lastEnd)
-		}
 		ctx, span = c.l.tracerNow().Start(ctx, c.l.attemptName)
 		prev := c.aspan
 		c.aspan = span
 		defer func() { c.aspan = prev }()
-		defer func() {
-			var cls policies.Classification
-			if err != nil {
-				cls = c.classify(ctx, err)
-			}
-			endAttempt(span, n, delay, cls, err)
-			c.lastEnd = time.Now()
-		}()
 	}
 	resp, err = next(ctx, c, req)
+	c.lastEnd = engine.Or(c.l.clock()).Now()
+	var cls policies.Classification
+	if err != nil {
+		cls = c.classify(ctx, err)
+	}
+	c.attemptEnded(n, delay, err, cls)
+	if span != nil {
+		endAttempt(span, n, delay, cls, err)
+	}
 	return resp, err
+}
+
+// isFailsafeRetry reports whether p is failsafe-go's retry policy, known by
+// the builder methods its type carries (retrypolicy.RetryPolicy itself is
+// no more than failsafe.Policy).
+func isFailsafeRetry[R any](p failsafe.Policy[R]) bool {
+	_, ok := p.(interface {
+		ReturnLastFailure() retrypolicy.Builder[R]
+	})
+	return ok
 }

@@ -3,6 +3,8 @@ package policies
 import (
 	"context"
 	"sync/atomic"
+
+	"github.com/retrace-go/retrace/internal/engine"
 )
 
 // TaskBudget is one retry count shared by every retrying layer and tool of a
@@ -14,18 +16,16 @@ type TaskBudget struct {
 	deny  atomic.Int64
 }
 
-type budgetKey struct{}
-
 // WithTaskBudget returns a context whose retrying layers share a budget of
 // retries (calls after the first; first calls are never refused). A budget set
 // further down replaces this one for the calls beneath it.
 func WithTaskBudget(ctx context.Context, retries int) context.Context {
-	return context.WithValue(ctx, budgetKey{}, &TaskBudget{limit: int64(max(retries, 0))})
+	return engine.WithBudget(ctx, &TaskBudget{limit: int64(max(retries, 0))})
 }
 
 // TaskBudgetFrom returns the context's task budget, or nil.
 func TaskBudgetFrom(ctx context.Context) *TaskBudget {
-	b, _ := ctx.Value(budgetKey{}).(*TaskBudget)
+	b, _ := engine.BudgetFrom(ctx).(*TaskBudget)
 	return b
 }
 

@@ -2,51 +2,69 @@ package policies
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/common"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/engine"
 )
 
-// Bulkhead is the bulkhead [NewBulkhead] builds: failsafe-go's, with its
-// limits readable.
+// Bulkhead is the bulkhead [NewBulkhead] builds. It is safe for concurrent
+// use.
 type Bulkhead[R any] struct {
-	bulkhead.Bulkhead[R]
-	maxConcurrent int
-	maxWait       time.Duration
+	exec *bulkheadExecutor[R]
 }
 
 // NewBulkhead builds a bulkhead that lets maxConcurrent calls run at once
 // (at least 1) and makes others wait up to maxWait for a slot (0: no wait)
-// before it rejects them with an error that matches bulkhead.ErrFull.
-func NewBulkhead[R any](maxConcurrent int, maxWait time.Duration) failsafe.Policy[R] {
-	maxConcurrent = max(maxConcurrent, 1)
-	return &Bulkhead[R]{
-		Bulkhead:      bulkhead.NewBuilder[R](uint(maxConcurrent)).WithMaxWaitTime(maxWait).Build(),
-		maxConcurrent: maxConcurrent,
-		maxWait:       maxWait,
-	}
+// before it rejects them with a *[RejectedError] that matches
+// bulkhead.ErrFull. The wait runs on the layer's clock
+// (middleware.WithClock), else the wall clock.
+func NewBulkhead[R any](maxConcurrent int, maxWait time.Duration) *Bulkhead[R] {
+	return &Bulkhead[R]{exec: &bulkheadExecutor[R]{b: engine.NewBulkhead(maxConcurrent, maxWait)}}
 }
 
 // MaxConcurrent is the number of calls that may run at once.
-func (b *Bulkhead[R]) MaxConcurrent() int { return b.maxConcurrent }
+func (b *Bulkhead[R]) MaxConcurrent() int { return b.exec.b.Size() }
 
 // MaxWait is how long a call waits for a slot before it is rejected.
-func (b *Bulkhead[R]) MaxWait() time.Duration { return b.maxWait }
+func (b *Bulkhead[R]) MaxWait() time.Duration { return b.exec.b.MaxWait }
 
-// Acquire takes a slot, waiting up to MaxWait. A call that finds no slot
-// gets a *[RejectedError]; one whose ctx ends while waiting gets ctx's cause.
-// A nil error must be followed by ReleasePermit.
-func (b *Bulkhead[R]) Acquire(ctx context.Context) error {
-	err := b.AcquirePermitWithMaxWait(ctx, b.maxWait)
+// ResultAgnostic implements failsafe.ResultAgnosticPolicy.
+func (*Bulkhead[R]) ResultAgnostic() {}
+
+// ToExecutor implements failsafe.Policy.
+func (b *Bulkhead[R]) ToExecutor(_ R) any { return b.exec }
+
+// bulkheadExecutor runs the bulkhead inside failsafe.With, and is how
+// package middleware finds its engine.
+type bulkheadExecutor[R any] struct{ b *engine.Bulkhead }
+
+// Engine returns the bulkhead's slots.
+func (e *bulkheadExecutor[R]) Engine() *engine.Bulkhead { return e.b }
+
+// Acquire takes a slot on clk, or returns why it could not: a
+// *RejectedError when none freed in time, the context's cause when ctx ended.
+func (e *bulkheadExecutor[R]) Acquire(ctx context.Context, clk clock.Clock) error {
+	ok, err := e.b.Acquire(ctx, clk)
 	switch {
-	case err == nil:
+	case ok:
 		return nil
-	case errors.Is(err, bulkhead.ErrFull):
-		return &RejectedError{Policy: "bulkhead", Err: bulkhead.ErrFull}
-	case ctx.Err() != nil:
-		return context.Cause(ctx)
+	case err != nil:
+		return err
 	}
-	return err
+	return &RejectedError{Policy: "bulkhead", Err: bulkhead.ErrFull}
+}
+
+func (e *bulkheadExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.PolicyResult[R]) func(failsafe.Execution[R]) *common.PolicyResult[R] {
+	return func(exec failsafe.Execution[R]) *common.PolicyResult[R] {
+		if err := e.Acquire(exec.Context(), nil); err != nil {
+			return &common.PolicyResult[R]{Error: err, Done: true}
+		}
+		defer e.b.Release()
+		return inner(exec)
+	}
 }

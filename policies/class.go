@@ -17,8 +17,10 @@ const (
 	Programming     Class = "programming"      // a bug (unsupported, panic); never retry
 	Canceled        Class = "canceled"         // the caller's context ended
 	// Unknown is an error no rule recognises. Whether it is retried is the
-	// retry policy's choice (RetryConfig.RetryUnknown): the seed's runtime
-	// retries it, its session does not. It does not count against a breaker.
+	// retry policy's choice (RetryConfig.RetryUnknown): a runtime's exec loop
+	// usually retries it, a session does not. A layer that stops on it ends
+	// with outcome failed_unknown, never "permanently". It does not count
+	// against a breaker.
 	Unknown Class = "unknown"
 )
 

@@ -38,7 +38,7 @@ func NewClassifier(rules ...Rule) *Classifier {
 }
 
 // Classify classifies err with the default rules.
-func Classify(err error) Classification { return classify(err) }
+func Classify(err error) Classification { return (*Classifier)(nil).Classify(err) }
 
 // Classify classifies err: the first matching user rule wins, then the first
 // matching default rule. A nil error has no class.
@@ -46,9 +46,15 @@ func (c *Classifier) Classify(err error) Classification {
 	if err == nil {
 		return Classification{}
 	}
+	if fe, ok := err.(*FailedError); ok && fe.Class != "" {
+		// An inner layer's failure carries its classification: the layers it
+		// crosses read it instead of working it out again, user rules
+		// included, so that one failure has one class on every span.
+		return Classification{Class: fe.Class, Type: fe.Type, Reason: fe.Reason, RetryAfter: fe.retry}
+	}
 	if c != nil {
 		for _, r := range c.rules {
-			if cl, ok := r(err); ok {
+			if cl, ok := runRule(r, err); ok {
 				if cl.Type == "" {
 					cl.Type = errorType(err)
 				}
@@ -59,9 +65,21 @@ func (c *Classifier) Classify(err error) Classification {
 	return classify(err)
 }
 
-// The seeds' patterns, verbatim. transientPattern is the session layer's
-// _RETRY_PATTERN; permanentMarkers are the runtime's _PERMANENT_ERROR_MARKERS,
-// matched against "<type>: <message>" in lower case.
+// runRule runs a user rule. A rule that panics is a bug in the rule, not in
+// the call: the error is classified Programming (never retried) instead of
+// the panic escaping the layer with its permits held.
+func runRule(r Rule, err error) (cl Classification, ok bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			cl, ok = Classification{Class: Programming, Type: "classifier_panic", Reason: fmt.Sprintf("a classifier rule panicked: %v", v)}, true
+		}
+	}()
+	return r(err)
+}
+
+// The words that decide when nothing structured does. transientPattern is
+// what an agent session retries on; permanentMarkers are what a runtime
+// never retries, matched against "<type>: <message>" in lower case.
 var (
 	transientPattern = regexp.MustCompile(`(?i)overloaded|rate.?limit|\b429\b|\b5\d\d\b|service.?unavailable|connection.?(error|refused)|other side closed|fetch failed|reset before headers|terminated`)
 	permanentMarkers = []string{
@@ -72,8 +90,7 @@ var (
 	overflowPhrases = []string{"maximum context length", "prompt is too long", "context_length_exceeded"}
 )
 
-// classify applies the default rules in the order DESIGN.md gives; the first
-// match wins.
+// classify applies the default rules in order; the first match wins.
 func classify(err error) Classification {
 	if err == nil {
 		return Classification{}
@@ -90,7 +107,7 @@ func classify(err error) Classification {
 	// 2. Rejections by a policy: they say nothing about the call itself.
 	var rejected *RejectedError
 	if errors.As(err, &rejected) {
-		return Classification{Class: Transient, Type: rejected.Type(), Reason: rejected.Policy + " rejected the call", RetryAfter: rejected.RetryAfter}
+		return Classification{Class: Transient, Type: rejected.typ(), Reason: rejected.Policy + " rejected the call", RetryAfter: rejected.RetryAfter}
 	}
 	switch {
 	case errors.Is(err, circuitbreaker.ErrOpen):
@@ -297,18 +314,4 @@ var wrapperTypes = map[string]bool{
 	"*fmt.wrapError":  true,
 	"*fmt.wrapErrors": true,
 	"*url.Error":      true,
-}
-
-// Describe formats err the way the seed's agent turn does: "<Type>: <message>",
-// just "<Type>" when the message is empty, with secrets redacted.
-func Describe(err error) string {
-	if err == nil {
-		return ""
-	}
-	t := errorType(err)
-	msg := Redact(err.Error())
-	if strings.TrimSpace(msg) == "" {
-		return t
-	}
-	return fmt.Sprintf("%s: %s", t, msg)
 }

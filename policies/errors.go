@@ -3,6 +3,8 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/bulkhead"
@@ -11,16 +13,18 @@ import (
 	"github.com/failsafe-go/failsafe-go/timeout"
 )
 
-// Outcome is how a call through a retrying layer ended.
+// Outcome is how a call through a layer ended.
 type Outcome string
 
 const (
 	OutcomeSuccess           Outcome = "success"
 	OutcomeSuccessAfterRetry Outcome = "success_after_retry"
-	OutcomeFailedPermanent   Outcome = "failed_permanent" // not retried: retrying cannot help
+	OutcomeFailedPermanent   Outcome = "failed_permanent" // not retried: the identical call fails identically
+	OutcomeFailedFatal       Outcome = "failed_fatal"     // not retried: quota or billing, nothing in the task can succeed
+	OutcomeFailedUnknown     Outcome = "failed_unknown"   // not retried: no rule recognised the error, and the layer does not retry unknown errors
 	OutcomeFailedExhausted   Outcome = "failed_exhausted" // retried until the attempts (or the deadline) ran out
 	OutcomeBudgetExhausted   Outcome = "budget_exhausted" // the task's retry budget refused a retry
-	OutcomeRejected          Outcome = "rejected"         // the layer's own breaker or bulkhead refused the call
+	OutcomeRejected          Outcome = "rejected"         // a breaker or bulkhead refused the call, or a circuit beneath stays open too long
 	OutcomeCanceled          Outcome = "canceled"         // the caller's context ended
 	OutcomeStepLimit         Outcome = "step_limit"       // an agent loop reached its MaxSteps: the last cost boundary
 )
@@ -44,29 +48,38 @@ var ErrBudgetExhausted = errors.New("task retry budget exhausted")
 
 // FailedError is the error a retrying layer returns when it gives up: why it
 // stopped, after how many attempts, and the last attempt's error, which
-// errors.Is and errors.As see through to.
+// errors.Is and errors.As see through to. It carries the last error's
+// classification, so that the layers above read it instead of classifying
+// the error again; a layer above that stops on it after one attempt, with
+// the same outcome, returns it unchanged.
 type FailedError struct {
-	Layer     string  // the layer's name, empty for a bare policy
-	Outcome   Outcome // why the layer stopped
-	Attempts  int     // attempts made, the first included
-	Class     Class   // the last error's class
-	Type      string  // the last error's error.type
-	Diagnosis string  // e.g. "failed after 3 attempts: 503: overloaded"
-	Err       error   // the last attempt's error
+	Layer    string        // the layer's name, empty for a bare policy
+	Outcome  Outcome       // why the layer stopped
+	Attempts int           // attempts made, the first included
+	Class    Class         // the last error's class
+	Type     string        // the last error's error.type
+	Reason   string        // the rule that classified it
+	Why      string        // why the layer stopped before its attempts ran out, if it did
+	Err      error         // the last attempt's error
+	retry    time.Duration // the last error's Retry-After hint
+	cause    error         // the context's cause, when the caller's context ended the call
+	diag     atomic.Pointer[string]
 }
 
 func (e *FailedError) Error() string {
 	if e.Layer == "" {
-		return e.Diagnosis
+		return e.Diagnosis()
 	}
-	return e.Layer + ": " + e.Diagnosis
+	return e.Layer + ": " + e.Diagnosis()
 }
 
 func (e *FailedError) Unwrap() error { return e.Err }
 
 // Is makes a layer that ran out of attempts match failsafe-go's
-// retrypolicy.ErrExceeded, and one refused by the task budget match
-// ErrBudgetExhausted.
+// retrypolicy.ErrExceeded, one refused by the task budget match
+// ErrBudgetExhausted, and one whose caller's context ended match
+// context.Canceled or context.DeadlineExceeded, whatever its last attempt
+// returned.
 func (e *FailedError) Is(target error) bool {
 	switch target {
 	case retrypolicy.ErrExceeded:
@@ -74,7 +87,112 @@ func (e *FailedError) Is(target error) bool {
 	case ErrBudgetExhausted:
 		return e.Outcome == OutcomeBudgetExhausted
 	}
-	return false
+	return e.cause != nil && errors.Is(e.cause, target)
+}
+
+// Diagnosis says why the layer stopped, in the words users search for:
+// "failed permanently: …", "failed after 3 attempts: …". Secrets are
+// redacted. It is worded once per error, when first asked for.
+func (e *FailedError) Diagnosis() string {
+	if d := e.diag.Load(); d != nil {
+		return *d
+	}
+	d := e.diagnose()
+	e.diag.Store(&d)
+	return d
+}
+
+func (e *FailedError) diagnose() string {
+	var b strings.Builder
+	bracket := func() {
+		var inner *FailedError
+		if !errors.As(e.Err, &inner) {
+			// The innermost layer says why; the layers above repeat its words.
+			fmt.Fprintf(&b, " [%s: %s]", e.Class, e.Reason)
+		}
+	}
+	switch e.Outcome {
+	case OutcomeFailedPermanent:
+		b.WriteString("failed permanently: ")
+		b.WriteString(brief(e.Err))
+		bracket()
+		return b.String()
+	case OutcomeFailedFatal:
+		b.WriteString("failed fatally, nothing in this task can succeed: ")
+		b.WriteString(brief(e.Err))
+		bracket()
+		return b.String()
+	case OutcomeFailedUnknown:
+		b.WriteString("failed on an error no rule recognises, not retried: ")
+		b.WriteString(brief(e.Err))
+		return b.String()
+	case OutcomeFailedExhausted:
+		fmt.Fprintf(&b, "failed after %s", plural(e.Attempts, "attempt"))
+	case OutcomeBudgetExhausted:
+		fmt.Fprintf(&b, "retry budget exhausted after %s", plural(e.Attempts, "attempt"))
+	case OutcomeRejected:
+		fmt.Fprintf(&b, "rejected after %s", plural(e.Attempts, "attempt"))
+	case OutcomeCanceled:
+		if e.Attempts == 0 {
+			b.WriteString("canceled before the first attempt")
+			if e.cause != nil {
+				b.WriteString(": ")
+				b.WriteString(brief(e.cause))
+			}
+			return b.String()
+		}
+		fmt.Fprintf(&b, "canceled after %s", plural(e.Attempts, "attempt"))
+	case OutcomeStepLimit:
+		b.WriteString("stopped at the step limit")
+		if e.Attempts > 0 {
+			fmt.Fprintf(&b, " after %s", plural(e.Attempts, "attempt"))
+		}
+	default:
+		b.WriteString(string(e.Outcome))
+	}
+	if e.Why != "" {
+		b.WriteString(" (")
+		b.WriteString(e.Why)
+		b.WriteString(")")
+	}
+	b.WriteString(": ")
+	b.WriteString(brief(e.Err))
+	return b.String()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// brief is err's text for a diagnosis: redacted, on one line, at most 400 bytes.
+func brief(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	s := Redact(safeText(err))
+	if strings.TrimSpace(s) == "" {
+		s = errorType(err) + " (empty message)"
+	}
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 400 {
+		s = s[:400] + "…"
+	}
+	return s
+}
+
+// safeText is err.Error(), or a description of the panic it raised: a
+// handler's nil *T error whose Error method dereferences must not take the
+// layer down.
+func safeText(err error) (s string) {
+	defer func() {
+		if v := recover(); v != nil {
+			s = fmt.Sprintf("%T (its Error method panicked: %v)", err, v)
+		}
+	}()
+	return err.Error()
 }
 
 // RejectedError is a call that a policy refused before it reached the
@@ -100,8 +218,8 @@ func (e *RejectedError) Error() string {
 
 func (e *RejectedError) Unwrap() error { return e.Err }
 
-// Type is the rejection's error.type.
-func (e *RejectedError) Type() string {
+// typ is the rejection's error.type.
+func (e *RejectedError) typ() string {
 	switch {
 	case errors.Is(e.Err, circuitbreaker.ErrOpen):
 		return "circuit_open"

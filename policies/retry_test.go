@@ -92,7 +92,7 @@ func TestRetryUnderFailsafeWith(t *testing.T) {
 	var fe *FailedError
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, OutcomeFailedPermanent, fe.Outcome)
-	assert.Regexp(t, `^failed permanently: 400 invalid_request_error \[permanent: http 400 invalid_request_error\]$`, fe.Diagnosis)
+	assert.Regexp(t, `^failed permanently: 400 invalid_request_error \[permanent: http 400 invalid_request_error\]$`, fe.Diagnosis())
 
 	calls = 0
 	_, err = failsafe.With(retry).Get(func() (string, error) {
@@ -143,7 +143,7 @@ func TestTimeoutUnderFailsafeWith(t *testing.T) {
 
 func TestBreakerCountsOnlyTransient(t *testing.T) {
 	clk := clock.NewFake(epoch)
-	cb := NewCircuitBreaker[string](BreakerConfig{Clock: clk}).(*CircuitBreaker[string])
+	cb := NewCircuitBreaker[string](BreakerConfig{Clock: clk})
 	for range 4 {
 		cb.RecordError(&APIError{StatusCode: 503})
 	}
@@ -172,8 +172,10 @@ func TestBreakerCountsOnlyTransient(t *testing.T) {
 }
 
 func TestFailedErrorMessages(t *testing.T) {
-	err := &FailedError{Layer: "runtime", Outcome: OutcomeFailedExhausted, Diagnosis: "failed after 3 attempts: 503"}
+	err := &FailedError{Layer: "runtime", Outcome: OutcomeFailedExhausted, Attempts: 3, Err: &APIError{StatusCode: 503}}
 	assert.Equal(t, "runtime: failed after 3 attempts: 503", err.Error())
+	unknown := &FailedError{Outcome: OutcomeFailedUnknown, Attempts: 1, Class: Unknown, Err: errors.New("weird")}
+	assert.NotContains(t, unknown.Error(), "permanently", "nothing unknown is called permanent")
 	assert.ErrorIs(t, &FailedError{Outcome: OutcomeBudgetExhausted}, ErrBudgetExhausted)
 	assert.NotErrorIs(t, &FailedError{Outcome: OutcomeFailedPermanent}, retrypolicy.ErrExceeded)
 }

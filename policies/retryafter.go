@@ -31,11 +31,3 @@ func ParseRetryAfter(h http.Header, now time.Time) time.Duration {
 	}
 	return 0
 }
-
-// TransientPattern returns the part of msg that matches the seed's transient
-// pattern (overloaded, rate limit, 429, 5xx, service unavailable, connection
-// error/refused, other side closed, fetch failed, reset before headers,
-// terminated), in lower case, or "".
-func TransientPattern(msg string) string {
-	return strings.ToLower(transientPattern.FindString(msg))
-}

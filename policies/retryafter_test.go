@@ -29,9 +29,3 @@ func TestParseRetryAfter(t *testing.T) {
 		assert.Equal(t, tt.want, ParseRetryAfter(tt.h, now), "%v", tt.h)
 	}
 }
-
-func TestTransientPattern(t *testing.T) {
-	assert.Equal(t, "overloaded", TransientPattern("Anthropic: Overloaded"))
-	assert.Equal(t, "503", TransientPattern("APIError: 503 Service Unavailable"))
-	assert.Equal(t, "", TransientPattern("invalid request: bad role"))
-}

@@ -9,42 +9,48 @@ import (
 	"github.com/failsafe-go/failsafe-go/policy"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/engine"
 )
 
 // Timeout is the per-attempt timeout [NewTimeout] builds.
 type Timeout[R any] struct {
-	limit time.Duration
-	clk   clock.Clock
+	exec *timeoutExecutor[R]
 }
 
 // NewTimeout builds a timeout that cancels an attempt's context after limit
-// (of clk's time; nil → the wall clock) and fails the attempt with a
-// *[TimeoutError], which is Transient and matches timeout.ErrExceeded. Placed
-// after a retry policy it bounds each attempt; before it, the whole call.
-func NewTimeout[R any](limit time.Duration, clk clock.Clock) failsafe.Policy[R] {
-	return &Timeout[R]{limit: limit, clk: clk}
+// (of clk's time; nil → the layer's clock, else the wall clock) and fails the
+// attempt with a *[TimeoutError], which is Transient and matches
+// timeout.ErrExceeded. Placed after a retry policy it bounds each attempt;
+// before it, the whole call.
+func NewTimeout[R any](limit time.Duration, clk clock.Clock) *Timeout[R] {
+	return &Timeout[R]{exec: &timeoutExecutor[R]{limit: limit, clk: clk}}
 }
 
 // Limit is the time an attempt may take.
-func (t *Timeout[R]) Limit() time.Duration { return t.limit }
-
-// Clock is the clock the timeout runs on, nil for the default.
-func (t *Timeout[R]) Clock() clock.Clock { return t.clk }
+func (t *Timeout[R]) Limit() time.Duration { return t.exec.limit }
 
 // ResultAgnostic implements failsafe.ResultAgnosticPolicy.
 func (*Timeout[R]) ResultAgnostic() {}
 
 // ToExecutor implements failsafe.Policy.
-func (t *Timeout[R]) ToExecutor(_ R) any { return timeoutExecutor[R]{t} }
+func (t *Timeout[R]) ToExecutor(_ R) any { return t.exec }
 
-type timeoutExecutor[R any] struct{ t *Timeout[R] }
+// timeoutExecutor runs the timeout inside failsafe.With, and is how package
+// middleware finds its limit and clock.
+type timeoutExecutor[R any] struct {
+	limit time.Duration
+	clk   clock.Clock
+}
 
-func (e timeoutExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.PolicyResult[R]) func(failsafe.Execution[R]) *common.PolicyResult[R] {
+// Engine returns the limit and the timeout's own clock (nil if none).
+func (e *timeoutExecutor[R]) Engine() (time.Duration, clock.Clock) { return e.limit, e.clk }
+
+func (e *timeoutExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.PolicyResult[R]) func(failsafe.Execution[R]) *common.PolicyResult[R] {
 	return func(exec failsafe.Execution[R]) *common.PolicyResult[R] {
 		ex := exec.(policy.ExecutionInternal[R]).CopyForCancellable().(policy.ExecutionInternal[R])
 		var result atomic.Pointer[common.PolicyResult[R]]
-		timer := clockOr(e.t.clk).AfterFunc(e.t.limit, func() {
-			r := &common.PolicyResult[R]{Error: &TimeoutError{After: e.t.limit}, Done: true}
+		timer := engine.Or(e.clk).AfterFunc(e.limit, func() {
+			r := &common.PolicyResult[R]{Error: &TimeoutError{After: e.limit}, Done: true}
 			if result.CompareAndSwap(nil, r) {
 				ex.Cancel(r)
 			}

@@ -12,6 +12,11 @@ import (
 )
 
 // Conversation is what an agent loop talks to: a *session.Session.
+//
+// Its contract, which the loop relies on: a Run or Continue that fails
+// leaves the history as it was before the call (the failed turn's messages
+// are not kept), so that the loop, or a runtime retrying it, starts the next
+// turn clean.
 type Conversation interface {
 	Run(ctx context.Context, prompt string) (session.Message, error)
 	Continue(ctx context.Context) (session.Message, error)
@@ -68,22 +73,41 @@ func (e *StepLimitError) Unwrap() error { return ErrStepLimit }
 // Outcome implements policies.OutcomeError.
 func (e *StepLimitError) Outcome() policies.Outcome { return policies.OutcomeStepLimit }
 
-// Run runs the loop on prompt.
+// ErrLoopConfig is matched (errors.Is) by a loop that cannot start: its
+// Session or Tools is missing. It is Programming: a bug in the caller,
+// never retried.
+var ErrLoopConfig = errors.New("runtime: agent loop misconfigured")
+
+// Run runs the loop on prompt. A loop without a Session or Tools refuses to
+// start, with an error that matches ErrLoopConfig.
 func (l *Loop) Run(ctx context.Context, prompt string) (LoopResult, error) {
+	switch {
+	case l.Session == nil:
+		return LoopResult{}, &policies.Error{Class: policies.Programming, Type: "loop_config",
+			Err: fmt.Errorf("%w: Loop.Session is nil", ErrLoopConfig)}
+	case l.Tools == nil:
+		return LoopResult{}, &policies.Error{Class: policies.Programming, Type: "loop_config",
+			Err: fmt.Errorf("%w: Loop.Tools is nil (use tool.NewBox() for a loop without tools)", ErrLoopConfig)}
+	}
 	l.once.Do(func() {
-		opts := append([]middleware.Option{middleware.WithSpanName("invoke_agent")}, l.Options...)
+		opts := append([]middleware.Option{middleware.WithSpanName("invoke_agent"), middleware.WithSteps(l.maxSteps())}, l.Options...)
 		l.run = middleware.PoliciesWith[string, LoopResult]("agent", opts)(l.loop)
 	})
 	return l.run(ctx, prompt)
 }
 
-func (l *Loop) loop(ctx context.Context, prompt string) (LoopResult, error) {
-	maxSteps := l.MaxSteps
-	if maxSteps <= 0 {
-		maxSteps = DefaultMaxSteps
+func (l *Loop) maxSteps() int {
+	if l.MaxSteps <= 0 {
+		return DefaultMaxSteps
 	}
+	return l.MaxSteps
+}
+
+func (l *Loop) loop(ctx context.Context, prompt string) (LoopResult, error) {
+	maxSteps := l.maxSteps()
 	var res LoopResult
 	for step := 1; ; step++ {
+		middleware.NextStep(ctx) // the worst case counts the costliest step, MaxSteps times
 		var (
 			msg session.Message
 			err error

@@ -103,7 +103,7 @@ func TestLoopStepLimit(t *testing.T) {
 		if !s.Parent().IsValid() {
 			assert.Contains(t, s.Attributes(), telemetry.Outcome.String("step_limit"))
 			assert.Contains(t, s.Attributes(), attribute.String("retrace.diagnosis",
-				"stopped at the step limit after 1 attempt: the agent loop reached its step limit of 3 turns (3 tool calls) without an answer"))
+				"stopped at the step limit: the agent loop reached its step limit of 3 turns (3 tool calls) without an answer"))
 		}
 	}
 }

@@ -49,17 +49,22 @@ type Runtime struct {
 
 // New returns a runtime that runs agent.
 func New(agent Agent, cfg Config) *Runtime {
-	if cfg.Retry.MaxAttempts == 0 {
-		clk := cfg.Retry.Clock
-		cfg.Retry = policies.RuntimeRetry
-		cfg.Retry.Clock = clk
-	}
+	cfg.Retry = cfg.Retry.OrPreset(policies.RuntimeRetry)
 	if cfg.SingleOwner {
 		cfg.Retry.MaxAttempts = 1
 	}
 	r := &Runtime{agent: agent, max: cfg.Retry.MaxAttempts}
-	r.exec = middleware.PoliciesWith[string, session.Message]("runtime", cfg.Options, policies.NewRetry[session.Message](cfg.Retry))(r.attempt)
+	// Each failed attempt is recorded with the class the layer gave it, so
+	// that ExecError and the attempt spans agree.
+	opts := append(append([]middleware.Option{}, cfg.Options...), middleware.WithOnAttempt(record))
+	r.exec = middleware.PoliciesWith[string, session.Message]("runtime", opts, policies.NewRetry[session.Message](cfg.Retry))(r.attempt)
 	return r
+}
+
+func record(ctx context.Context, a middleware.AttemptEnd) {
+	if rec, ok := ctx.Value(recorderKey{}).(*recorder); ok && a.Err != nil {
+		rec.add(Attempt{N: a.N, Message: session.ErrorText(a.Err), Class: a.Class.Class, Delay: a.Delay})
+	}
 }
 
 // MaxAttempts is Exec's attempt limit.
@@ -74,28 +79,16 @@ func (r *Runtime) Exec(ctx context.Context, prompt string) (session.Message, err
 	if err == nil {
 		return msg, nil
 	}
-	attempts := rec.list()
-	var fe *policies.FailedError
-	if !errors.As(err, &fe) {
-		fe = &policies.FailedError{Outcome: policies.OutcomeFailedPermanent, Attempts: len(attempts), Err: err}
+	reason, diag := ReasonPermanent, ""
+	if fe, ok := errors.AsType[*policies.FailedError](err); ok {
+		reason, diag = reasonOf(fe.Outcome), fe.Diagnosis()
 	}
-	if len(attempts) < fe.Attempts {
-		// The last attempt panicked before it could be recorded.
-		attempts = append(attempts, Attempt{N: fe.Attempts, Message: session.ErrorText(fe.Err), Class: fe.Class})
-	}
-	return msg, &ExecError{Reason: reasonOf(fe.Outcome), Attempts: attempts, Diagnosis: fe.Diagnosis, Err: err}
+	return msg, &ExecError{Reason: reason, Attempts: rec.list(), Diagnosis: diag, Err: err}
 }
 
 // attempt is one try of Exec, inside the runtime layer.
 func (r *Runtime) attempt(ctx context.Context, prompt string) (session.Message, error) {
-	a, _ := middleware.AttemptFrom(ctx)
-	msg, err := r.agent.Run(ctx, prompt)
-	if err != nil {
-		if rec, ok := ctx.Value(recorderKey{}).(*recorder); ok {
-			rec.add(Attempt{N: a.N, Message: session.ErrorText(err), Class: policies.ClassifyContext(ctx, nil, err).Class, Delay: a.Delay})
-		}
-	}
-	return msg, err
+	return r.agent.Run(ctx, prompt)
 }
 
 type recorderKey struct{}
@@ -121,7 +114,9 @@ func (r *recorder) list() []Attempt {
 type Reason string
 
 const (
-	ReasonPermanent Reason = "permanent" // retrying cannot help: a permanent, fatal or programming error
+	ReasonPermanent Reason = "permanent" // retrying cannot help: a permanent or programming error
+	ReasonFatal     Reason = "fatal"     // quota or billing: nothing in the task can succeed
+	ReasonUnknown   Reason = "unknown"   // no rule recognised the error, and it was not retried
 	ReasonExhausted Reason = "exhausted" // the attempts (or the time before the deadline) ran out
 	ReasonBudget    Reason = "budget"    // the task's retry budget refused a retry
 	ReasonCanceled  Reason = "canceled"  // the caller's context ended
@@ -138,6 +133,10 @@ func reasonOf(o policies.Outcome) Reason {
 		return ReasonCanceled
 	case policies.OutcomeRejected:
 		return ReasonRejected
+	case policies.OutcomeFailedFatal:
+		return ReasonFatal
+	case policies.OutcomeFailedUnknown:
+		return ReasonUnknown
 	}
 	return ReasonPermanent
 }
@@ -173,6 +172,10 @@ func (e *ExecError) Error() string {
 		fmt.Fprintf(&b, "exec stopped by the task's retry budget after %s: ", plural(n))
 	case ReasonCanceled:
 		fmt.Fprintf(&b, "exec canceled after %s: ", plural(n))
+	case ReasonFatal:
+		fmt.Fprintf(&b, "exec failed fatally after %s: ", plural(n))
+	case ReasonUnknown:
+		fmt.Fprintf(&b, "exec failed on an error no rule recognises after %s: ", plural(n))
 	default:
 		fmt.Fprintf(&b, "exec %s after %s: ", e.Reason, plural(n))
 	}

@@ -145,5 +145,5 @@ func TestExecCanceledBeforeStart(t *testing.T) {
 	cancel()
 	_, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(ctx, "go")
 	assert.Equal(t, 0, *calls)
-	assert.EqualError(t, err, "exec canceled before its first attempt: canceled after 0 attempts (before the first attempt): context canceled")
+	assert.EqualError(t, err, "exec canceled before its first attempt: canceled before the first attempt: context canceled")
 }

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Task is a long job of steps that saves its state after every step, so
@@ -104,10 +104,10 @@ func RunTask(ctx context.Context, task Task, cfg TaskConfig) (*TaskReport, error
 	rep := &TaskReport{TaskID: task.ID, ResumedAt: len(cp.Steps) + 1}
 	run := middleware.PoliciesWith[Task, *TaskReport]("task",
 		append([]middleware.Option{middleware.WithSpanName("task " + task.ID), middleware.WithAttributes(
-			attribute.String("retrace.task.id", task.ID), attribute.Int("retrace.task.steps", len(task.Steps)),
+			telemetry.TaskID.String(task.ID), telemetry.TaskSteps.Int(len(task.Steps)),
 		)}, cfg.Options...),
 	)(func(ctx context.Context, task Task) (*TaskReport, error) {
-		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("retrace.task.resumed_at", rep.ResumedAt))
+		trace.SpanFromContext(ctx).SetAttributes(telemetry.TaskResumedAt.Int(rep.ResumedAt))
 		err := runSteps(ctx, task, cfg, cp, rep)
 		rep.Steps = cp.Steps
 		return rep, err
@@ -127,7 +127,7 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 		sc := StepContext{TaskID: task.ID, Step: n, Key: IdempotencyKey(task.ID, n), Results: results}
 		layer := middleware.PoliciesWith[StepContext, any]("step",
 			append([]middleware.Option{middleware.WithSpanName(fmt.Sprintf("step %d %s", n, st.Name)), middleware.WithAttributes(
-				attribute.Int("retrace.step", n), attribute.String("retrace.step.key", sc.Key),
+				telemetry.Step.Int(n), telemetry.StepKey.String(sc.Key),
 			)}, cfg.Options...),
 			policies.NewRetry[any](cfg.Retry))
 		rep.Ran = append(rep.Ran, n)
@@ -171,7 +171,7 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 // on a later run would fail the same way. A programming error is not: once
 // the bug is fixed, the next run must call the step again.
 func recordable(fe *policies.FailedError) bool {
-	if fe == nil || fe.Outcome != policies.OutcomeFailedPermanent {
+	if fe == nil || fe.Outcome != policies.OutcomeFailedPermanent && fe.Outcome != policies.OutcomeFailedFatal {
 		return false
 	}
 	switch fe.Class {

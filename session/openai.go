@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // OpenAIConfig configures an OpenAI-compatible provider.
@@ -121,7 +122,7 @@ func (p *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 		}
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() && acc.Model != "" {
-		span.SetAttributes(GenAIResponseModel.String(acc.Model))
+		span.SetAttributes(telemetry.GenAIResponseModel.String(acc.Model))
 	}
 	return msg, nil
 }

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Config configures a Session. Provider and Model are required.
@@ -102,11 +102,7 @@ func New(cfg Config) (*Session, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("session: Config.Model is empty")
 	}
-	if cfg.Retry.MaxAttempts == 0 {
-		clk := cfg.Retry.Clock
-		cfg.Retry = policies.SessionRetry
-		cfg.Retry.Clock = clk
-	}
+	cfg.Retry = cfg.Retry.OrPreset(policies.SessionRetry)
 	if cfg.ModelTimeout <= 0 {
 		cfg.ModelTimeout = 2 * time.Minute
 	}
@@ -118,9 +114,9 @@ func New(cfg Config) (*Session, error) {
 		middleware.WithSpanName("chat "+cfg.Model),
 		middleware.WithSpanKind(trace.SpanKindClient),
 		middleware.WithAttributes(
-			GenAIOperation.String("chat"),
-			GenAIProvider.String(cfg.Provider.Name()),
-			GenAIRequestModel.String(cfg.Model),
+			telemetry.GenAIOperation.String("chat"),
+			telemetry.GenAIProvider.String(cfg.Provider.Name()),
+			telemetry.GenAIRequestModel.String(cfg.Model),
 		),
 		middleware.WithInnerAttempts(cfg.ProviderAttempts),
 	)
@@ -187,9 +183,9 @@ func (s *Session) turn(ctx context.Context) (Message, error) {
 	if cerr != nil {
 		return msg, fmt.Errorf("%w (compaction failed: %w)", err, cerr)
 	}
-	trace.SpanFromContext(ctx).AddEvent("retrace.session.compacted", trace.WithAttributes(
-		attribute.Int("retrace.compaction.messages_before", len(s.history)),
-		attribute.Int("retrace.compaction.messages_after", len(compacted)),
+	trace.SpanFromContext(ctx).AddEvent(telemetry.EventCompacted, trace.WithAttributes(
+		telemetry.CompactionBefore.Int(len(s.history)),
+		telemetry.CompactionAfter.Int(len(compacted)),
 	))
 	s.history = compacted
 	return s.run(ctx, struct{}{})
@@ -233,21 +229,10 @@ func (s *Session) stream(ctx context.Context, req Request) (Message, error) {
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(
-			GenAIInputTokens.Int(msg.Usage.InputTokens),
-			GenAIOutputTokens.Int(msg.Usage.OutputTokens),
-			GenAIFinishReasons.StringSlice([]string{msg.StopReason}),
+			telemetry.GenAIInputTokens.Int(msg.Usage.InputTokens),
+			telemetry.GenAIOutputTokens.Int(msg.Usage.OutputTokens),
+			telemetry.GenAIFinishReasons.StringSlice([]string{msg.StopReason}),
 		)
 	}
 	return msg, nil
 }
-
-// The GenAI semantic-convention attributes of model spans.
-const (
-	GenAIOperation     = attribute.Key("gen_ai.operation.name")
-	GenAIProvider      = attribute.Key("gen_ai.provider.name")
-	GenAIRequestModel  = attribute.Key("gen_ai.request.model")
-	GenAIResponseModel = attribute.Key("gen_ai.response.model")
-	GenAIInputTokens   = attribute.Key("gen_ai.usage.input_tokens")
-	GenAIOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")
-	GenAIFinishReasons = attribute.Key("gen_ai.response.finish_reasons")
-)

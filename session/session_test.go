@@ -102,11 +102,11 @@ func TestStreamingSuccess(t *testing.T) {
 	model := f.spans("model")
 	require.Len(t, model, 1)
 	assert.Equal(t, "chat gpt-test", model[0].Name())
-	assert.Equal(t, "chat", v(model[0], session.GenAIOperation))
-	assert.Equal(t, "openai", v(model[0], session.GenAIProvider))
-	assert.Equal(t, "gpt-test", v(model[0], session.GenAIRequestModel))
-	assert.Equal(t, "3", v(model[0], session.GenAIOutputTokens))
-	assert.Equal(t, `["stop"]`, v(model[0], session.GenAIFinishReasons))
+	assert.Equal(t, "chat", v(model[0], telemetry.GenAIOperation))
+	assert.Equal(t, "openai", v(model[0], telemetry.GenAIProvider))
+	assert.Equal(t, "gpt-test", v(model[0], telemetry.GenAIRequestModel))
+	assert.Equal(t, "3", v(model[0], telemetry.GenAIOutputTokens))
+	assert.Equal(t, `["stop"]`, v(model[0], telemetry.GenAIFinishReasons))
 	for _, s := range f.rec.Ended() {
 		for _, kv := range s.Attributes() {
 			assert.NotContains(t, kv.Value.Emit(), "0123456789abcdefghij", "the API key reached a span")

@@ -1,51 +1,37 @@
 package telemetry_test
 
 import (
-	"context"
-	"errors"
+	"go/parser"
+	"go/token"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
-
-	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestRecordFailure(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	_, span := tp.Tracer("t").Start(context.Background(), "attempt")
-	err := errors.New("401 invalid_api_key: Incorrect API key provided: sk-proj-0123456789abcdef")
-	telemetry.RecordFailure(span, policies.Classification{Class: policies.Permanent, Type: "invalid_api_key", Reason: "http 401", RetryAfter: 2 * time.Second}, err)
-	span.End()
-
-	s := rec.Ended()[0]
-	assert.Equal(t, codes.Error, s.Status().Code)
-	assert.Equal(t, "401 invalid_api_key: Incorrect API key provided: sk-[REDACTED]", s.Status().Description)
-	assert.ElementsMatch(t, []any{"permanent", "invalid_api_key", int64(2000)}, []any{
-		value(s, telemetry.ErrorClass), value(s, telemetry.ErrorType), value(s, telemetry.RetryAfterMs),
-	})
-}
-
-func value(s sdktrace.ReadOnlySpan, k attribute.Key) any {
-	for _, kv := range s.Attributes() {
-		if kv.Key == k {
-			return kv.Value.AsInterface()
+// telemetry is names only, importable by every retrace package: it must not
+// import one itself.
+func TestImportsNoRetracePackage(t *testing.T) {
+	entries, err := os.ReadDir(".")
+	require.NoError(t, err)
+	files := 0
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		files++
+		f, err := parser.ParseFile(token.NewFileSet(), e.Name(), nil, parser.ImportsOnly)
+		require.NoError(t, err)
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			assert.False(t, strings.HasPrefix(path, "github.com/retrace-go/retrace"), "%s imports %s", e.Name(), path)
 		}
 	}
-	return nil
-}
-
-func TestCircuitStateValue(t *testing.T) {
-	assert.Equal(t, "half_open", telemetry.CircuitStateValue("half-open"))
-	assert.Equal(t, "open", telemetry.CircuitStateValue("open"))
+	assert.Positive(t, files)
 }

@@ -1,5 +1,7 @@
-// Package telemetry holds the names retrace puts on spans, the ones users
-// query in Jaeger (retrace.outcome=failed_exhausted, retrace.error.class=fatal),
-// and small helpers that record a classified failure the same way everywhere.
-// It uses the OpenTelemetry API only; telemetry/setup builds the SDK.
+// Package telemetry holds the names retrace writes on spans and events: the
+// retrace.* keys users query in Jaeger (retrace.outcome=failed_exhausted,
+// retrace.error.class=fatal), their values, and the OpenTelemetry
+// semantic-convention keys (gen_ai.*, http.*, error.type) retrace sets. It is
+// names only: no behaviour, and it imports no retrace package, so that any
+// package can use it.
 package telemetry

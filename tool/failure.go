@@ -37,7 +37,7 @@ func (f *Failure) JSON() string {
 
 // failure turns the tool chain's final error into what the model can act on.
 func (t *Tool) failure(ctx context.Context, err error) *Failure {
-	cls := policies.ClassifyContext(ctx, nil, err)
+	cls := policies.Classify(err)
 	var fe *policies.FailedError
 	outcome := policies.OutcomeFailedPermanent
 	attempts := 1
@@ -53,8 +53,8 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	name := t.name
 	switch {
 	case outcome == policies.OutcomeRejected && errors.Is(err, circuitbreaker.ErrOpen):
-		if t.breaker != nil {
-			after = t.breaker.RemainingDelay()
+		if rej, ok := errors.AsType[*policies.RejectedError](err); ok {
+			after = rej.RetryAfter
 		}
 		f.Hint = fmt.Sprintf("%s is unavailable, circuit open for another %d s: use another tool or answer with what you have", name, seconds(after))
 	case outcome == policies.OutcomeRejected && errors.Is(err, bulkhead.ErrFull):

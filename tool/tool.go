@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Func is a tool's implementation.
@@ -50,7 +50,6 @@ type Tool struct {
 	name    string
 	spec    session.Tool
 	invoke  func(ctx context.Context, args string) (string, error)
-	breaker interface{ RemainingDelay() time.Duration }
 	max     int
 }
 
@@ -58,11 +57,7 @@ type Tool struct {
 // from the model as JSON and are decoded into A; the result is encoded as
 // JSON for the model (a string result is passed as is).
 func New[A, R any](name string, fn Func[A, R], cfg Config) *Tool {
-	if cfg.Retry.MaxAttempts == 0 {
-		clk, rnd := cfg.Retry.Clock, cfg.Retry.Rand
-		cfg.Retry = policies.ToolRetry
-		cfg.Retry.Clock, cfg.Retry.Rand = clk, rnd
-	}
+	cfg.Retry = cfg.Retry.OrPreset(policies.ToolRetry)
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 8
 	}
@@ -70,20 +65,13 @@ func New[A, R any](name string, fn Func[A, R], cfg Config) *Tool {
 		cfg.Breaker.Name = name
 	}
 	if cfg.Clock != nil {
-		if cfg.Retry.Clock == nil {
-			cfg.Retry.Clock = cfg.Clock
-		}
-		if cfg.Breaker.Clock == nil {
-			cfg.Breaker.Clock = cfg.Clock
-		}
+		// The layer's clock reaches every policy without one of its own.
 		cfg.Options = append([]middleware.Option{middleware.WithClock(cfg.Clock)}, cfg.Options...)
 	}
 	ps := []failsafe.Policy[R]{policies.NewRetry[R](cfg.Retry)}
 	t := &Tool{name: name, max: cfg.Retry.MaxAttempts, spec: session.Tool{Name: name, Description: cfg.Description, Parameters: cfg.Parameters}}
 	if !cfg.NoBreaker {
-		cb := policies.NewCircuitBreaker[R](cfg.Breaker)
-		t.breaker = cb.(*policies.CircuitBreaker[R])
-		ps = append(ps, cb)
+		ps = append(ps, policies.NewCircuitBreaker[R](cfg.Breaker))
 	}
 	ps = append(ps, policies.NewBulkhead[R](cfg.MaxConcurrent, cfg.MaxWait))
 	if cfg.Timeout > 0 {
@@ -92,8 +80,8 @@ func New[A, R any](name string, fn Func[A, R], cfg Config) *Tool {
 	opts := append(append([]middleware.Option{}, cfg.Options...),
 		middleware.WithSpanName("execute_tool "+name),
 		middleware.WithAttributes(
-			attribute.String("gen_ai.operation.name", "execute_tool"),
-			attribute.String("gen_ai.tool.name", name),
+			telemetry.GenAIOperation.String("execute_tool"),
+			telemetry.GenAIToolName.String(name),
 		),
 	)
 	h := middleware.PoliciesWith[A, R]("tool", opts, ps...)(middleware.Handler[A, R](fn))

@@ -69,7 +69,7 @@ func scenarios() []scenario {
 			name:   "invalid-api-key",
 			about:  "a wrong key fails identically every time: one request, failed permanently",
 			script: faultserver.Always(faultserver.InvalidAPIKey()),
-			want:   expectation{requests: 1, outcome: "failed_permanent", diag: "failed permanently: session: failed permanently"},
+			want:   expectation{requests: 1, outcome: "failed_permanent", diag: "failed permanently: APIError: 401 invalid_api_key"},
 		},
 		{
 			name:    "context-overflow",
@@ -88,14 +88,14 @@ func scenarios() []scenario {
 			name:   "insufficient-quota",
 			about:  "the quota is spent: fatal, nothing in this task can succeed, stop at once",
 			script: faultserver.Always(faultserver.InsufficientQuota()),
-			want:   expectation{requests: 1, outcome: "failed_permanent", diag: "failed permanently: session: failed permanently"},
+			want:   expectation{requests: 1, outcome: "failed_fatal", diag: "failed fatally, nothing in this task can succeed: APIError: 429 insufficient_quota"},
 		},
 		{
 			name:        "single-owner",
 			about:       "the same outage with exec at 1 attempt: the session alone retries, 4 requests instead of 12",
 			script:      faultserver.Always(faultserver.ServerError(503)),
 			singleOwner: true,
-			want:        expectation{requests: 4, outcome: "failed_exhausted", diag: "failed after 1 attempt: session: failed after 4 attempts"},
+			want:        expectation{requests: 4, outcome: "failed_exhausted", diag: "failed after 4 attempts: APIError: 503"},
 		},
 		{
 			name:       "hidden-layer",

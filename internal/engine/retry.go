@@ -1,0 +1,209 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/retrace-go/retrace/clock"
+)
+
+// Retry is a retry policy's limits, with its defaults filled in by package
+// policies. It is read-only once built and safe for concurrent use.
+type Retry struct {
+	MaxAttempts   int                       // calls, the first included; at least 1
+	Backoff       func(n int) time.Duration // the delay before retry n (from 1), jitter drawn
+	MaxRetryAfter time.Duration             // the longest wait for a server's hint or an inner circuit's cool-down
+	RetryUnknown  bool                      // retry errors no rule recognises
+	Clock         clock.Clock               // the policy's own clock; nil → the layer's
+	Rate          RateBudget                // failsafe-go's rate budget; nil → none
+}
+
+// RateBudget is the part of failsafe-go's retry budget that a retry loop
+// drives.
+type RateBudget interface {
+	RecordExecution()
+	ReleaseExecution()
+	TryAcquirePermit() bool
+	ReleasePermit()
+}
+
+// Failure is what the loop needs to know of a failed attempt.
+type Failure struct {
+	Class      string        // the error's class
+	RetryAfter time.Duration // the server's hint, or the remaining cool-down of a circuit that refused the call
+	Held       bool          // RetryAfter is a circuit's cool-down: a breaker beneath refused the call
+	Rejected   bool          // this layer's own breaker or bulkhead refused the call
+}
+
+// Retryable reports whether r retries a failure of class.
+func (r *Retry) Retryable(class string) bool {
+	return class == Transient || class == Unknown && r.RetryUnknown
+}
+
+// Decision is what follows a failed attempt.
+type Decision struct {
+	Retry   bool
+	Delay   time.Duration // the wait before the next attempt, if Retry
+	Outcome string        // the layer's outcome, if not Retry
+	Why     string        // why it stopped before its attempts ran out, if it did
+	Refusal error         // the gate's refusal that stopped it, if one did
+	permit  bool          // a rate-budget permit was taken for the retry
+}
+
+// Attempter is what [Do] drives: one call per attempt, the judgement of each
+// failure, and a report of each attempt's end with the decision that followed.
+type Attempter[R any] interface {
+	// Attempt makes attempt n (from 1), after a wait of delay.
+	Attempt(ctx context.Context, n int, delay time.Duration) (R, error)
+	// Judge says what a failed attempt's error means.
+	Judge(ctx context.Context, err error) Failure
+	// Done reports how attempt n ended (err nil on success) and what follows.
+	Done(n int, err error, d Decision)
+}
+
+// Gate is implemented by an Attempter that knows, before a retry, that its
+// next attempt would be refused at once: by a breaker inside the loop that
+// the failed attempt has just opened. It returns the refusal's error, or nil.
+type Gate interface {
+	Refusal() error
+}
+
+// Report is how a retried call ended.
+type Report struct {
+	Attempts int
+	Outcome  string
+	Why      string  // why it stopped before its attempts ran out, if it did
+	Err      error   // the last attempt's error; nil on success
+	Failure  Failure // what the loop knew of that error
+	Cause    error   // the context's cause, when the caller's context ended the call
+}
+
+// Do runs a's attempts under r until one succeeds or r decides to stop,
+// sleeping the backoff between them on r's clock, else clk, else the wall
+// clock. It returns within a millisecond of ctx's end, also mid-backoff.
+func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (R, Report) {
+	clk = Or(r.Clock, clk)
+	if r.Rate != nil {
+		r.Rate.RecordExecution()
+		defer r.Rate.ReleaseExecution()
+	}
+	var zero R
+	if ctx.Err() != nil {
+		// Canceled before the first attempt: nothing is called.
+		return zero, Report{Outcome: OutcomeCanceled, Why: "before the first attempt", Cause: context.Cause(ctx),
+			Failure: Failure{Class: Canceled}}
+	}
+	var delay time.Duration
+	for n := 1; ; n++ {
+		res, err := a.Attempt(ctx, n, delay)
+		if err == nil {
+			d := Decision{Outcome: OutcomeSuccess}
+			if n > 1 {
+				d.Outcome = OutcomeSuccessAfterRetry
+			}
+			a.Done(n, nil, d)
+			return res, Report{Attempts: n, Outcome: d.Outcome}
+		}
+		f := a.Judge(ctx, err)
+		g, _ := a.(Gate)
+		d := r.Decide(ctx, clk, n, f, g)
+		a.Done(n, err, d)
+		if !d.Retry {
+			if d.Refusal != nil {
+				err = errors.Join(d.Refusal, err)
+			}
+			rep := Report{Attempts: n, Outcome: d.Outcome, Why: d.Why, Err: err, Failure: f}
+			if d.Outcome == OutcomeCanceled {
+				rep.Cause = context.Cause(ctx)
+			}
+			return res, rep
+		}
+		if serr := clk.Sleep(ctx, d.Delay); serr != nil {
+			if d.permit {
+				r.Rate.ReleasePermit()
+			}
+			return res, Report{Attempts: n, Outcome: OutcomeCanceled, Err: err, Failure: f, Cause: serr,
+				Why: "during the " + Round(d.Delay).String() + " backoff"}
+		}
+		if d.permit {
+			r.Rate.ReleasePermit()
+		}
+		delay = d.Delay
+	}
+}
+
+// Decide decides what follows failed attempt n, asking g (if not nil)
+// whether the next attempt would be refused at once. A decision to retry
+// has drawn its retry from the budgets (Do releases a rate-budget permit
+// once the retry is made).
+func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g Gate) Decision {
+	switch {
+	case ctx.Err() != nil:
+		return Decision{Outcome: OutcomeCanceled}
+	case f.Rejected:
+		return Decision{Outcome: OutcomeRejected}
+	case !r.Retryable(f.Class):
+		return Decision{Outcome: StopOutcome(f.Class)}
+	case n >= r.MaxAttempts:
+		return Decision{Outcome: OutcomeFailedExhausted}
+	}
+	if g != nil {
+		if refusal := g.Refusal(); refusal != nil {
+			// The failure just opened the layer's own breaker: the next
+			// attempt would be refused at once, so stop without a backoff
+			// and without drawing a retry from the budget.
+			return Decision{Outcome: OutcomeRejected, Refusal: refusal}
+		}
+	}
+	if f.Held && f.RetryAfter > r.MaxRetryAfter {
+		// A breaker beneath refused the call for longer than this layer
+		// waits: waiting it out would block the caller for its whole
+		// cool-down, and retrying sooner is refused again.
+		return Decision{Outcome: OutcomeRejected, Why: fmt.Sprintf(
+			"a circuit beneath stays open for another %s, longer than the %s this layer waits", Round(f.RetryAfter), Round(r.MaxRetryAfter))}
+	}
+	delay := min(f.RetryAfter, r.MaxRetryAfter)
+	if r.Backoff != nil {
+		delay = max(delay, r.Backoff(n))
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		if left := clk.Until(deadline); left <= delay {
+			return Decision{Outcome: OutcomeFailedExhausted, Why: fmt.Sprintf(
+				"the next retry, in %s, would start after the deadline (%s left)", Round(delay), Round(max(left, 0)))}
+		}
+	}
+	if b := BudgetFrom(ctx); b != nil && !b.TryDraw() {
+		return Decision{Outcome: OutcomeBudgetExhausted, Why: fmt.Sprintf("the task's retry budget of %d is spent", b.Limit())}
+	}
+	if r.Rate != nil {
+		if !r.Rate.TryAcquirePermit() {
+			return Decision{Outcome: OutcomeBudgetExhausted, Why: "the retry budget's rate is exceeded"}
+		}
+		return Decision{Retry: true, Delay: delay, permit: true}
+	}
+	return Decision{Retry: true, Delay: delay}
+}
+
+// Or returns the first non-nil clock, else the wall clock.
+func Or(clks ...clock.Clock) clock.Clock {
+	for _, c := range clks {
+		if c != nil {
+			return c
+		}
+	}
+	return clock.Real()
+}
+
+// Round rounds d for a message: to 100 ms above a second, to 1 ms above a
+// millisecond.
+func Round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(100 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond)
+	}
+	return d
+}

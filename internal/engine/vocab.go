@@ -1,0 +1,69 @@
+package engine
+
+// The error classes, as package policies publishes them (policies.Class).
+// The engine decides by them, so they are defined once, here.
+const (
+	Transient       = "transient"
+	Permanent       = "permanent"
+	Fatal           = "fatal"
+	ContextOverflow = "context_overflow"
+	Programming     = "programming"
+	Canceled        = "canceled"
+	Unknown         = "unknown"
+)
+
+// The outcomes of a call through a layer (policies.Outcome).
+const (
+	OutcomeSuccess           = "success"
+	OutcomeSuccessAfterRetry = "success_after_retry"
+	OutcomeFailedPermanent   = "failed_permanent"
+	OutcomeFailedFatal       = "failed_fatal"
+	OutcomeFailedUnknown     = "failed_unknown"
+	OutcomeFailedExhausted   = "failed_exhausted"
+	OutcomeBudgetExhausted   = "budget_exhausted"
+	OutcomeRejected          = "rejected"
+	OutcomeCanceled          = "canceled"
+	OutcomeStepLimit         = "step_limit"
+)
+
+// StopOutcome is the outcome of a call that stops on an error of class,
+// without retrying it: what the class says retrying could not fix. A
+// Transient error that is not retried ran out of attempts.
+func StopOutcome(class string) string {
+	switch class {
+	case Fatal:
+		return OutcomeFailedFatal
+	case Unknown:
+		return OutcomeFailedUnknown
+	case Canceled:
+		return OutcomeCanceled
+	case Transient:
+		return OutcomeFailedExhausted
+	}
+	return OutcomeFailedPermanent
+}
+
+// Count is how a circuit breaker counts the end of a call.
+type Count uint8
+
+const (
+	// Ignore: the call says nothing about the downstream (canceled, a bug,
+	// an error no rule recognises).
+	Ignore Count = iota
+	// Fail: the downstream failed in a way a later call may not
+	// (Transient): it counts toward opening the breaker.
+	Fail
+	// Success: the downstream answered, even if with a Permanent error.
+	Success
+)
+
+// CountOf is how a breaker counts an error of class ("" for a success).
+func CountOf(class string) Count {
+	switch class {
+	case Transient:
+		return Fail
+	case Canceled, Programming, Unknown:
+		return Ignore
+	}
+	return Success
+}

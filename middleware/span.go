@@ -1,0 +1,80 @@
+package middleware
+
+import (
+	"errors"
+
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
+)
+
+// appendFailure appends a failure's attributes: retrace.error.class,
+// error.type, retrace.error.reason and, if the server or a breaker gave
+// one, its Retry-After hint.
+func appendFailure(attrs []attribute.KeyValue, c policies.Classification) []attribute.KeyValue {
+	t := c.Type
+	if t == "" {
+		t = "_OTHER"
+	}
+	attrs = append(attrs, telemetry.ErrorClass.String(string(c.Class)), telemetry.ErrorType.String(t))
+	if c.Reason != "" {
+		attrs = append(attrs, telemetry.ErrorReason.String(c.Reason))
+	}
+	if c.RetryAfter > 0 {
+		attrs = append(attrs, telemetry.RetryAfterMs.Int64(c.RetryAfter.Milliseconds()))
+	}
+	return attrs
+}
+
+// statusMessage is err's text for a span status: redacted, at most 1 KiB. A
+// *policies.FailedError's diagnosis is redacted already, once, when it is
+// worded: it is not redacted again by every layer it crosses.
+func statusMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var s string
+	if fe, ok := err.(*policies.FailedError); ok {
+		s = fe.Error()
+	} else {
+		s = policies.Redact(errorText(err))
+	}
+	if len(s) > 1024 {
+		s = s[:1024] + "…"
+	}
+	return s
+}
+
+// errorText is err.Error(), or what it panicked with: a handler's nil *T
+// error whose Error method dereferences must not take the layer down.
+func errorText(err error) (s string) {
+	defer func() {
+		if v := recover(); v != nil {
+			s = "error whose Error method panicked"
+		}
+	}()
+	return err.Error()
+}
+
+// circuitState is the retrace.circuit.state value of a breaker state.
+func circuitState(s circuitbreaker.State) string {
+	switch s {
+	case circuitbreaker.OpenState:
+		return telemetry.CircuitOpen
+	case circuitbreaker.HalfOpenState:
+		return telemetry.CircuitHalfOpen
+	}
+	return telemetry.CircuitClosed
+}
+
+// outcomeOf is the outcome an error that says so itself ends a layer with.
+func outcomeOf(err error) (policies.Outcome, bool) {
+	var oe policies.OutcomeError
+	if errors.As(err, &oe) {
+		return oe.Outcome(), true
+	}
+	return "", false
+}
