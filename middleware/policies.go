@@ -83,12 +83,12 @@ type layer[Req, Resp any] struct {
 	attemptName   string
 	cfg           config
 	ps            []failsafe.Policy[Resp]
-	retryAt       int          // index in ps of the retry policy retrace drives, -1 if none
+	retryAt       int           // index in ps of the retry policy retrace drives, -1 if none
 	retry         *engine.Retry // that policy's limits, nil if none
-	judge         judge        // that policy's judge, else a default one
-	maxAttempts   int          // 1 when not retrying; 0 when a retry policy's limit is unknown
-	frameAttempts int          // maxAttempts times the handler's own attempts (WithInnerAttempts)
-	foreignRetry  bool         // a failsafe-go retry policy retrace cannot read
+	judge         judge         // that policy's judge, else a default one
+	maxAttempts   int           // 1 when not retrying; 0 when a retry policy's limit is unknown
+	frameAttempts int           // maxAttempts times the handler's own attempts (WithInnerAttempts)
+	foreignRetry  bool          // a failsafe-go retry policy retrace cannot read
 	startOpts     []trace.SpanStartOption
 	tracer        atomic.Pointer[tracerFor]
 	gates         []breakerPolicy // the breakers inside the retry loop, asked before a retry
@@ -456,4 +456,3 @@ func endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classi
 	span.SetAttributes(attrs...)
 	span.End()
 }
-

@@ -47,10 +47,10 @@ type Config struct {
 
 // Tool is a governed tool. It is safe for concurrent use.
 type Tool struct {
-	name    string
-	spec    session.Tool
-	invoke  func(ctx context.Context, args string) (string, error)
-	max     int
+	name   string
+	spec   session.Tool
+	invoke func(ctx context.Context, args string) (string, error)
+	max    int
 }
 
 // New wraps fn in the tool chain named name (see [Config]). Arguments come
