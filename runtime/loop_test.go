@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -114,3 +115,38 @@ func TestLoopSessionFailure(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "invalid_api_key"), err.Error())
 }
+
+// A loop missing its Session or Tools refuses to start with a clear
+// configuration error, instead of panicking when the model calls a tool.
+func TestLoopRefusesAMissingPart(t *testing.T) {
+	_, err := (&runtime.Loop{}).Run(context.Background(), "hi")
+	require.ErrorIs(t, err, runtime.ErrLoopConfig)
+	assert.Contains(t, err.Error(), "Session is nil")
+	assert.Equal(t, policies.Programming, policies.Classify(err).Class)
+
+	conv := &scripted{turns: []session.Message{{Role: session.Assistant, ToolCalls: []session.ToolCall{{ID: "1", Name: "x"}}}}}
+	_, err = (&runtime.Loop{Session: conv}).Run(context.Background(), "hi")
+	require.ErrorIs(t, err, runtime.ErrLoopConfig)
+	assert.Contains(t, err.Error(), "Tools is nil")
+	var pe *policies.PanicError
+	assert.False(t, errors.As(err, &pe), "no recovered panic")
+	assert.Zero(t, conv.runs, "it did not start")
+}
+
+// scripted is a Conversation that answers with its turns in order.
+type scripted struct {
+	turns []session.Message
+	runs  int
+}
+
+func (s *scripted) Run(context.Context, string) (session.Message, error) {
+	s.runs++
+	return s.turns[0], nil
+}
+
+func (s *scripted) Continue(context.Context) (session.Message, error) {
+	s.runs++
+	return s.turns[min(s.runs-1, len(s.turns)-1)], nil
+}
+
+func (s *scripted) Append(...session.Message) {}

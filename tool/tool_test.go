@@ -267,3 +267,32 @@ func TestJitterSpreadsConcurrentRetries(t *testing.T) {
 		assert.LessOrEqual(t, d, 800*time.Millisecond)
 	}
 }
+
+// A classifier given in a tool's Retry, with MaxAttempts left zero, is kept:
+// the preset fills the other fields, it does not replace the whole config.
+func TestToolKeepsItsClassifier(t *testing.T) {
+	errFlaky := errors.New("flaky upstream")
+	cl := policies.NewClassifier(func(err error) (policies.Classification, bool) {
+		if errors.Is(err, errFlaky) {
+			return policies.Classification{Class: policies.Transient, Type: "flaky", Reason: "rule: flaky"}, true
+		}
+		return policies.Classification{}, false
+	})
+	calls := 0
+	flaky := func(context.Context, query) (string, error) {
+		calls++
+		return "", errFlaky
+	}
+	clk := clock.NewVirtual(epoch)
+	tl := tool.New("flaky", flaky, tool.Config{Retry: policies.RetryConfig{Classifier: cl}, Clock: clk})
+	res := tl.Invoke(context.Background(), `{"query":"x"}`)
+	assert.Equal(t, 3, calls, "the rule made it Transient, and ToolRetry's 3 attempts applied")
+	assert.Equal(t, "transient", failureOf(t, res.Content).Class)
+	assert.Len(t, clk.Slept(), 2, "ToolRetry's backoff applied too")
+
+	calls = 0
+	plain := tool.New("flaky", flaky, tool.Config{Clock: clk})
+	res = plain.Invoke(context.Background(), `{"query":"x"}`)
+	assert.Equal(t, 1, calls, "without the rule it is Unknown: a tool does not retry it")
+	assert.Equal(t, "unknown", failureOf(t, res.Content).Class)
+}

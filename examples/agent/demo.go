@@ -186,10 +186,7 @@ func (d *demo) fromTrace(name, traceID string, wall time.Duration) (result, erro
 
 // check compares a result with what its scenario must show.
 func check(r result, want expectation) []string {
-	var p []string
-	if r.ProviderRequests != r.LeafSpans || int64(r.LeafSpans) != r.Calls {
-		p = append(p, fmt.Sprintf("requests %d, leaf spans %d and retrace.calls %d differ", r.ProviderRequests, r.LeafSpans, r.Calls))
-	}
+	p := checkCounts(r)
 	if r.ProviderRequests != want.requests {
 		p = append(p, fmt.Sprintf("want %d provider requests", want.requests))
 	}
@@ -198,6 +195,20 @@ func check(r result, want expectation) []string {
 	}
 	if !strings.HasPrefix(r.Diagnosis, want.diag) {
 		p = append(p, fmt.Sprintf("want a diagnosis that starts %q", want.diag))
+	}
+	return p
+}
+
+// checkCounts is what every trace must prove: the requests the downstreams
+// received = leaf spans = retrace.calls, and a worst case no lower than what
+// happened.
+func checkCounts(r result) []string {
+	var p []string
+	if r.ProviderRequests != r.LeafSpans || int64(r.LeafSpans) != r.Calls {
+		p = append(p, fmt.Sprintf("requests %d, leaf spans %d and retrace.calls %d differ", r.ProviderRequests, r.LeafSpans, r.Calls))
+	}
+	if r.WorstCase < r.Calls {
+		p = append(p, fmt.Sprintf("retrace.calls.worst_case %d is below retrace.calls %d", r.WorstCase, r.Calls))
 	}
 	return p
 }

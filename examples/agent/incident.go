@@ -235,10 +235,7 @@ func (d *demo) runOf(res runtime.LoopResult, err error, downstream, retries int)
 }
 
 func checkIncident(r result, naive, governed side) []string {
-	var p []string
-	if r.ProviderRequests != r.LeafSpans || int64(r.LeafSpans) != r.Calls {
-		p = append(p, fmt.Sprintf("downstream requests %d, leaf spans %d and retrace.calls %d differ", r.ProviderRequests, r.LeafSpans, r.Calls))
-	}
+	p := checkCounts(r)
 	if naive.DownstreamCalls != incidentMaxSteps || naive.Outcome != "step_limit" {
 		p = append(p, fmt.Sprintf("want the naive loop to call search_docs %d times until the step limit, got %d (%s)", incidentMaxSteps, naive.DownstreamCalls, naive.Outcome))
 	}

@@ -40,6 +40,7 @@ func TestScenarios(t *testing.T) {
 			assert.Equal(t, sc.want.requests, res.ProviderRequests, "provider requests")
 			assert.Equal(t, res.ProviderRequests, res.LeafSpans, "leaf spans")
 			assert.Equal(t, int64(res.ProviderRequests), res.Calls, "retrace.calls")
+			assert.GreaterOrEqual(t, res.WorstCase, res.Calls, "the worst case is never below what happened")
 			assert.Equal(t, sc.want.outcome, res.Outcome)
 			assert.True(t, strings.HasPrefix(res.Diagnosis, sc.want.diag), "diagnosis %q", res.Diagnosis)
 			assert.Empty(t, res.Problems)
@@ -134,6 +135,8 @@ func TestIncident(t *testing.T) {
 	assert.Equal(t, "success", governed.Outcome)
 	assert.Contains(t, governed.Answer, "From search_cache: cached runbook")
 	assert.Equal(t, int64(res.LeafSpans), res.Calls)
+	assert.GreaterOrEqual(t, res.WorstCase, res.Calls, "the loop's worst case counts its steps")
+	assert.Zero(t, res.WorstCase%int64(incidentMaxSteps), "MaxSteps times the costliest step")
 	assert.Empty(t, res.Problems)
 }
 

@@ -120,7 +120,7 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 			}
 			return res, rep
 		}
-		if serr := clk.Sleep(ctx, d.Delay); serr != nil {
+		if serr := sleep(ctx, clk, d.Delay); serr != nil {
 			if d.permit {
 				r.Rate.ReleasePermit()
 			}
@@ -206,4 +206,16 @@ func Round(d time.Duration) time.Duration {
 		return d.Round(time.Millisecond)
 	}
 	return d
+}
+
+// sleep waits d on clk, or until ctx ends. A retry without a delay does not
+// ask the clock to wait.
+func sleep(ctx context.Context, clk clock.Clock, d time.Duration) error {
+	if d <= 0 {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return nil
+	}
+	return clk.Sleep(ctx, d)
 }

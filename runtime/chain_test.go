@@ -1,0 +1,73 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/runtime"
+	"github.com/retrace-go/retrace/session"
+)
+
+// depth counts the errors in err's chain, err included.
+func depth(err error) int {
+	n := 0
+	for ; err != nil; err = errors.Unwrap(err) {
+		n++
+	}
+	return n
+}
+
+// A rejected key through runtime.Exec → session → the real OpenAI client
+// is at most 4 errors deep and says "permanently" once.
+func TestRejectedKeyReadsOnce(t *testing.T) {
+	srv := faultserver.New(faultserver.Always(faultserver.InvalidAPIKey()))
+	require.NoError(t, srv.Start())
+	t.Cleanup(srv.Close)
+	opts := []middleware.Option{middleware.WithClock(clock.NewVirtual(epoch))}
+	s, err := session.New(session.Config{
+		Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: srv.URL(), APIKey: "sk-test-0123456789abcdefghij"}),
+		Model:    "gpt-test", Options: opts,
+	})
+	require.NoError(t, err)
+	_, err = runtime.New(s, runtime.Config{Options: opts}).Exec(context.Background(), "hi")
+
+	require.Error(t, err)
+	assert.Equal(t, 1, srv.Requests())
+	assert.LessOrEqual(t, depth(err), 4, "ExecError → FailedError → TurnError → APIError")
+	assert.Equal(t, 1, strings.Count(err.Error(), "permanently"), err.Error())
+	var ee *runtime.ExecError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, runtime.ReasonPermanent, ee.Reason)
+	assert.Equal(t, 1, strings.Count(ee.Diagnosis, "permanently"), ee.Diagnosis)
+	var api *policies.APIError
+	require.ErrorAs(t, err, &api)
+	assert.Equal(t, 401, api.StatusCode)
+	var fe *policies.FailedError
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, "session", fe.Layer, "the session's failure, passed up unchanged")
+	assert.NotContains(t, err.Error(), "sk-test-0123456789abcdefghij")
+}
+
+// An error no rule recognises that the session does not retry ends
+// failed_unknown, never "permanently"; the runtime retries it.
+func TestUnknownErrorIsNotPermanent(t *testing.T) {
+	weird := errors.New("the tool server said something odd")
+	a, calls := agent(weird, weird, weird)
+	_, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(context.Background(), "go")
+	require.Error(t, err)
+	assert.Equal(t, 3, *calls, "a runtime retries what it does not know")
+	assert.NotContains(t, err.Error(), "permanently")
+	var ee *runtime.ExecError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, runtime.ReasonExhausted, ee.Reason)
+	assert.Equal(t, policies.Unknown, ee.Attempts[0].Class)
+}
