@@ -25,7 +25,7 @@ type AmpRow struct {
 	Outcome    string // the root's retrace.outcome
 }
 
-// Amplification runs the seeds' retry layers, with their presets, over a
+// Amplification runs the default retry layers, with their presets, over a
 // provider that always answers 503, in virtual time.
 func Amplification() []AmpRow {
 	type setup struct {
@@ -37,7 +37,7 @@ func Amplification() []AmpRow {
 	var rows []AmpRow
 	for _, s := range []setup{
 		{name: "1 layer: session (4 attempts)"},
-		{name: "2 layers: runtime 3 × session 4 (the seeds' defaults)", runtime: 3},
+		{name: "2 layers: runtime 3 × session 4 (the defaults)", runtime: 3},
 		{name: "2 layers, single owner: runtime 1 × session 4", runtime: 1},
 		{name: "2 layers under a task budget of 6 retries", runtime: 3, budget: 6},
 		{name: "3 layers: runtime 3 × session 4 × the SDK's own 3", runtime: 3, sdkRetry: 3},

@@ -18,7 +18,7 @@ type Strategy string
 
 const (
 	NoJitter      Strategy = "no jitter"       // ToolRetry's backoff without its jitter: everyone retries in step
-	Jitter        Strategy = "seed jitter"     // ToolRetry: each delay × a random factor in [0.5, 1]
+	Jitter        Strategy = "jitter"          // ToolRetry: each delay × a random factor in [0.5, 1]
 	JitterBudget  Strategy = "jitter + budget" // and a task budget of 6 retries per client
 	JitterBreaker Strategy = "jitter + breaker"
 )

@@ -35,7 +35,7 @@ func TestStormShapes(t *testing.T) {
 		// Without jitter the whole herd retries in the same window.
 		assert.Equal(t, n, res[NoJitter].Peak)
 		if n == 100 {
-			// The seed's claim, at 100 clients: jitter cuts the peak by at least half.
+			// The claim, at 100 clients: jitter cuts the peak by at least half.
 			assert.LessOrEqual(t, res[Jitter].Peak*2, res[NoJitter].Peak, "jitter must cut the peak by ≥ 50%%")
 		}
 		// A budget of 6 retries per task caps each client's retries.

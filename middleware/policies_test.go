@@ -88,7 +88,7 @@ func TestNestedLayersMultiply(t *testing.T) {
 	}
 	assert.True(t, announced, "a nested retry layer must be announced on the outermost span")
 
-	// The seeds' backoffs, in virtual time: 2, 4, 8 s inside, 1.5 and 3 s outside.
+	// The presets' backoffs, in virtual time: 2, 4, 8 s inside, 1.5 and 3 s outside.
 	s := 2 * time.Second
 	assert.Equal(t, []time.Duration{s, 2 * s, 4 * s, 1500 * time.Millisecond, s, 2 * s, 4 * s, 3 * time.Second, s, 2 * s, 4 * s}, clk.Slept())
 

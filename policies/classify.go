@@ -169,7 +169,7 @@ func classify(err error) Classification {
 			return with(Fatal, apiReason(api))
 		}
 	}
-	// 7. Credentials and the seed's permanent markers.
+	// 7. Credentials and the permanent markers.
 	if hasAPI {
 		switch {
 		case api.StatusCode == 401, api.StatusCode == 403,

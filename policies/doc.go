@@ -3,7 +3,7 @@
 // [Classify] sorts any error into a [Class] (what retrying can achieve) with a
 // low-cardinality type and the rule that decided. The failsafe-go policies
 // built here act on that class: [NewRetry] retries only what may succeed, with
-// the seeds' backoff and jitter, a server's Retry-After and a task-wide retry
+// exponential backoff and jitter, a server's Retry-After and a task-wide retry
 // budget ([WithTaskBudget]); [NewCircuitBreaker] counts only Transient
 // failures; [NewBulkhead] and [NewTimeout] bound concurrency and time. The
 // presets [SessionRetry], [RuntimeRetry] and [ToolRetry] carry the numbers of

@@ -19,7 +19,7 @@ import (
 
 var epoch = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 
-func TestPresetsAreTheSeeds(t *testing.T) {
+func TestPresets(t *testing.T) {
 	s := time.Second
 	tests := []struct {
 		name   string
@@ -46,8 +46,8 @@ func TestPresetsAreTheSeeds(t *testing.T) {
 			assert.Equal(t, tt.delays, clk.Slept())
 		})
 	}
-	assert.True(t, RuntimeRetry.RetryUnknown, "the seed's runtime retries whatever is not permanent")
-	assert.False(t, SessionRetry.RetryUnknown, "the seed's session retries only what matches its pattern")
+	assert.True(t, RuntimeRetry.RetryUnknown, "a runtime retries whatever is not permanent")
+	assert.False(t, SessionRetry.RetryUnknown, "a session retries only what it knows is transient")
 }
 
 func TestBackoffCapAndJitter(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package runtime is layer 2 of an agent runtime: Runtime.Exec, the seed's
+// Package runtime is layer 2 of an agent runtime: Runtime.Exec, a
 // retry loop around a session.
 //
 // Exec makes up to 3 attempts (sleeping 1.5 s, then 3 s), returns at once on
@@ -9,6 +9,7 @@
 // (retrace.layer=runtime) whose children are the session's: a trace shows how
 // many provider calls the two retry layers made between them.
 //
-// The seed recommends that one layer own retrying: Config.SingleOwner makes
-// Exec a single attempt and leaves retrying to the session.
+// One layer should own retrying, or the worst case is the product of both
+// layers' attempts: Config.SingleOwner makes Exec a single attempt and leaves
+// retrying to the session.
 package runtime

@@ -28,7 +28,8 @@ type Tools interface {
 	Invoke(ctx context.Context, call session.ToolCall) session.Message
 }
 
-// DefaultMaxSteps is the seed's MAX_STEPS.
+// DefaultMaxSteps bounds an agent loop's model turns: the last cost
+// boundary when nothing else stops a task.
 const DefaultMaxSteps = 40
 
 // Loop is a tool-using agent: the model's turn, the tools it asks for, and

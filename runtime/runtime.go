@@ -34,13 +34,14 @@ type Config struct {
 	// Options.
 	Retry policies.RetryConfig
 	// SingleOwner makes Exec a single attempt, so that the session alone
-	// owns retrying: the seed's recommendation once the session's retry works.
+	// owns retrying: one owner per failure keeps the worst case at the
+	// session's attempts instead of their product.
 	SingleOwner bool
 	// Options configure the runtime layer's tracing and clock.
 	Options []middleware.Option
 }
 
-// Runtime runs agents with the seed's exec loop. It is safe for concurrent use.
+// Runtime runs agents with its exec retry loop. It is safe for concurrent use.
 type Runtime struct {
 	agent Agent
 	exec  middleware.Handler[string, session.Message]
@@ -70,7 +71,7 @@ func record(ctx context.Context, a middleware.AttemptEnd) {
 // MaxAttempts is Exec's attempt limit.
 func (r *Runtime) MaxAttempts() int { return r.max }
 
-// Exec runs the agent on prompt with the seed's retry loop. A panic in the
+// Exec runs the agent on prompt with the runtime's retry loop. A panic in the
 // agent is recovered into a programming error with its stack, never retried.
 // On failure it returns the last attempt's message and an *ExecError.
 func (r *Runtime) Exec(ctx context.Context, prompt string) (session.Message, error) {

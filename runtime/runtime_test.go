@@ -51,7 +51,7 @@ func TestExecExhausted(t *testing.T) {
 	assert.Equal(t, runtime.ReasonExhausted, ee.Reason)
 	assert.Equal(t, "exec failed after 3 attempts: [1] APIError: 503: Service unavailable; [2] APIError: 503: Service unavailable; [3] APIError: 503: Service unavailable", err.Error())
 	assert.Equal(t, []time.Duration{0, 1500 * time.Millisecond, 3 * time.Second}, []time.Duration{ee.Attempts[0].Delay, ee.Attempts[1].Delay, ee.Attempts[2].Delay})
-	assert.Equal(t, []time.Duration{1500 * time.Millisecond, 3 * time.Second}, clk.Slept(), "the seed's 1.5 s and 3 s; 6 s is never reached")
+	assert.Equal(t, []time.Duration{1500 * time.Millisecond, 3 * time.Second}, clk.Slept(), "1.5 s and 3 s: the third attempt is the last, so no 6 s wait")
 	assert.Equal(t, policies.Transient, ee.Attempts[0].Class)
 	var api *policies.APIError
 	assert.ErrorAs(t, err, &api)
@@ -72,7 +72,7 @@ func TestExecPermanent(t *testing.T) {
 func TestExecRetriesUnknownErrors(t *testing.T) {
 	a, calls := agent(errors.New("something odd"))
 	msg, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(context.Background(), "go")
-	require.NoError(t, err, "the seed's runtime retries what it does not know to be permanent")
+	require.NoError(t, err, "a runtime retries what it does not know to be permanent")
 	assert.Equal(t, "done", msg.Content)
 	assert.Equal(t, 2, *calls)
 }

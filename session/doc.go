@@ -1,11 +1,11 @@
 // Package session is layer 1 of an agent runtime: a conversation with a
-// model, its message history, and the seed's automatic retry.
+// model, its message history, and its automatic retry.
 //
 // [Session.Run] appends the user's prompt, makes a model call through the
 // session layer (retrace.layer=session) and its model layer ("chat {model}"),
 // and returns the assistant's message. Every failure of a turn becomes an
 // assistant [Message] with StopReason "error" and ErrorMessage
-// "<Type>: <message>"; the session retries it in the seed's order (context
+// "<Type>: <message>"; the session retries it in this order (context
 // overflow: never, it compacts instead; an empty message, the mark of a
 // dropped stream: always; the transient pattern: yes; anything else: no),
 // after 2 s, 4 s and 8 s, popping the failed message from the history

@@ -86,7 +86,7 @@ type Provider interface {
 
 // StreamError is a stream that broke after it began. A stream that ends
 // without a finish reason (the connection reset, or a clean end before
-// [DONE]) has an empty Message: the seed's dropped stream, which the session
+// [DONE]) has an empty Message: a dropped stream, which the session
 // retries.
 type StreamError struct {
 	Message string // the provider's own words, if it sent any
@@ -111,7 +111,7 @@ func (e *TurnError) Error() string {
 
 func (e *TurnError) Unwrap() error { return e.Err }
 
-// ErrorText formats err as the seed's agent turn does: "<Type>: <message>",
+// ErrorText formats err as an agent turn records it: "<Type>: <message>",
 // just "<Type>" when the message is empty, with secrets redacted. A
 // provider's stream error keeps its own words, possibly none; retrace's own
 // layer errors are looked through to what the provider said.

@@ -165,7 +165,7 @@ func TestFailedMessagePoppedBeforeRetry(t *testing.T) {
 }
 
 // A stream that ends without a finish reason, cleanly or by a reset, is the
-// seed's dropped stream: an error with an empty message, retried.
+// dropped stream: an error with an empty message, retried.
 func TestDroppedStreamRetried(t *testing.T) {
 	for name, drop := range map[string]faultserver.Fault{
 		"clean end before [DONE]": faultserver.StreamEOF(2),

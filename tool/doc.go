@@ -1,13 +1,14 @@
-// Package tool puts an agent's tool calls under governance: the second
-// seed's four layers made into rules the program enforces.
+// Package tool puts an agent's tool calls under governance: classification,
+// backoff with jitter and a budget, a circuit breaker, made into rules the
+// program enforces.
 //
 // [New] wraps any func(ctx, args) (result, error) in a named chain: its
 // errors are classified (a tool may return a policies.Error or any error),
-// retried with the seed's backoff and jitter (policies.ToolRetry: 3 attempts,
+// retried with backoff and jitter (policies.ToolRetry: 3 attempts,
 // the first call included), refused by a per-tool circuit breaker after 5
 // consecutive Transient failures, bounded by a bulkhead, and drawn from the
-// task's retry budget (policies.WithTaskBudget, 6 retries across all tools in
-// the seed). Each call is an "execute_tool {name}" span.
+// task's retry budget (policies.WithTaskBudget, say 6 retries across all of a task's
+// tools). Each call is an "execute_tool {name}" span.
 //
 // Intermediate retries never reach the model. [Tool.Invoke] gives it only the
 // final result: the tool's value, or a structured failure it can act on,

@@ -18,7 +18,8 @@ import (
 // Func is a tool's implementation.
 type Func[A, R any] func(ctx context.Context, args A) (R, error)
 
-// Config configures a governed tool. The zero value is the seed's governance.
+// Config configures a governed tool. The zero value is a sensible governance:
+// ToolRetry, a breaker, a bulkhead of 8.
 type Config struct {
 	// Description and Parameters (a JSON schema) tell the model what the tool does.
 	Description string
@@ -27,7 +28,7 @@ type Config struct {
 	// MaxAttempts 3 counts the first call, so a tool call makes at most 2
 	// retries, each drawn from the task's retry budget.
 	Retry policies.RetryConfig
-	// Breaker is the tool's circuit breaker; the zero value is the seed's (5
+	// Breaker is the tool's circuit breaker; the zero value opens after 5
 	// consecutive Transient failures open it for 60 s, then one probe).
 	Breaker policies.BreakerConfig
 	// NoBreaker turns the breaker off.

@@ -126,7 +126,7 @@ func TestOpenBreakerTellsTheModel(t *testing.T) {
 	assert.Equal(t, int64(5), d.calls.Load(), "the open breaker kept the call from the downstream")
 }
 
-// The seed's incident: search_docs answers 429 for 30 minutes while the agent
+// The incident: search_docs answers 429 for 30 minutes while the agent
 // keeps asking. Under governance the downstream sees 5 calls before the
 // breaker opens and then one probe per cool-down, and the retries stay
 // within the task's budget of 6.
@@ -206,7 +206,7 @@ func TestBox(t *testing.T) {
 }
 
 // Five tasks fail at the same moment. Without jitter they all retry at the
-// same instant; with the seed's jitter their retries spread out.
+// same instant; with ToolRetry's jitter their retries spread out.
 func TestJitterSpreadsConcurrentRetries(t *testing.T) {
 	spread := func(jitter float64) []time.Duration {
 		rec, tp := recorder(t)
@@ -257,8 +257,8 @@ func TestJitterSpreadsConcurrentRetries(t *testing.T) {
 	assert.Equal(t, 800*time.Millisecond, together[0])
 
 	jittered := spread(0.5)
-	t.Logf("retry times after the common failure: without jitter %v, with the seed's jitter %v", together, jittered)
-	assert.GreaterOrEqual(t, jittered[4]-jittered[0], 150*time.Millisecond, "the seed's jitter spreads the retries")
+	t.Logf("retry times after the common failure: without jitter %v, with jitter %v", together, jittered)
+	assert.GreaterOrEqual(t, jittered[4]-jittered[0], 150*time.Millisecond, "jitter spreads the retries")
 	for i := 1; i < 5; i++ {
 		assert.NotEqual(t, jittered[i-1], jittered[i], "no two retries at the same millisecond")
 	}

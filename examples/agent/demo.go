@@ -130,7 +130,7 @@ func (d *demo) live(ctx context.Context, baseURL, key string) (result, error) {
 	return res, err
 }
 
-// exec runs the seed's chain: runtime.Exec around a session around the
+// exec runs the two-layer chain: runtime.Exec around a session around the
 // provider, and reads the trace it left.
 func (d *demo) exec(ctx context.Context, name string, provider session.Provider, model string, history []session.Message, singleOwner bool, providerAttempts int) (result, error) {
 	opts := d.middlewareOptions()

@@ -20,7 +20,7 @@ import (
 	"github.com/retrace-go/retrace/tool"
 )
 
-// The second seed's incident: search_docs answered 429 thirty-one times in
+// The incident: search_docs answered 429 thirty-one times in
 // forty minutes while the agent kept calling it, until the step limit.
 const (
 	incidentOutage   = 30 * time.Minute // search_docs answers 429 this long

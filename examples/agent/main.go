@@ -1,4 +1,4 @@
-// Command agent is retrace's demo: the seed's two retry layers, an agent
+// Command agent is retrace's demo: two retry layers, an agent
 // runtime's exec around its session, against a local fault-injecting
 // OpenAI-compatible server, one scenario per kind of failure. It prints each
 // trace as a tree and a summary that checks the trace's own counts: provider

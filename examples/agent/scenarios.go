@@ -9,7 +9,7 @@ import (
 	"github.com/retrace-go/retrace/session"
 )
 
-// scenario is one run of the seed's two layers against the fault server.
+// scenario is one run of the two retry layers against the fault server.
 type scenario struct {
 	name  string
 	about string
