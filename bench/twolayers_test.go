@@ -215,7 +215,7 @@ func checkTwoLayerSpans(b *testing.B, v twoLayers) {
 	}
 	for _, kv := range v.root {
 		if got := value(root.Attributes(), kv.Key); got != kv.Value {
-			b.Fatalf("root span %s = %v, want %v", kv.Key, got.Emit(), kv.Value.Emit())
+			b.Fatalf("root span %s = %v, want %v", kv.Key, got.String(), kv.Value.String())
 		}
 	}
 }

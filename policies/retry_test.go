@@ -100,6 +100,8 @@ func TestRetryUnderFailsafeWith(t *testing.T) {
 		return "", errors.New("weird")
 	})
 	assert.Equal(t, 1, calls, "unknown errors are not retried unless RetryUnknown")
+	require.ErrorAs(t, err, &fe)
+	assert.Equal(t, OutcomeFailedUnknown, fe.Outcome)
 	_, err = failsafe.With(NewRetry[string](RetryConfig{RetryUnknown: true, Clock: clk})).Get(func() (string, error) {
 		return "", errors.New("weird")
 	})

@@ -142,7 +142,7 @@ func (d *demo) crashResume(ctx context.Context) (result, error) {
 	defer os.RemoveAll(dir)
 	start := time.Now()
 
-	child := func(crashAt int) (childReport, error, *os.ProcessState) {
+	child := func(crashAt int) (childReport, *os.ProcessState, error) {
 		cmd := exec.CommandContext(ctx, exe)
 		cmd.Env = append(os.Environ(), childEnv+"="+dir, fmt.Sprintf("%s=%d", crashEnv, crashAt))
 		var stdout, stderr bytes.Buffer
@@ -151,16 +151,16 @@ func (d *demo) crashResume(ctx context.Context) (result, error) {
 		var rep childReport
 		if line := lastLine(stdout.Bytes()); line != nil {
 			if jerr := json.Unmarshal(line, &rep); jerr != nil {
-				return rep, fmt.Errorf("the child's report is not JSON: %w: %s", jerr, line), cmd.ProcessState
+				return rep, cmd.ProcessState, fmt.Errorf("the child's report is not JSON: %w: %s", jerr, line)
 			}
 		}
 		if err != nil && stderr.Len() > 0 {
 			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 		}
-		return rep, err, cmd.ProcessState
+		return rep, cmd.ProcessState, err
 	}
 
-	_, crashErr, crashed := child(crashStep)
+	_, crashed, crashErr := child(crashStep)
 	store, err := runtime.NewFileStore(dir)
 	if err != nil {
 		return result{}, err
@@ -169,7 +169,7 @@ func (d *demo) crashResume(ctx context.Context) (result, error) {
 	if err != nil {
 		return result{}, fmt.Errorf("after the crash: %w", err)
 	}
-	second, err, _ := child(0)
+	second, _, err := child(0)
 	if err != nil {
 		return result{}, fmt.Errorf("the resumed run failed: %w", err)
 	}

@@ -140,7 +140,7 @@ func line(s sdktrace.ReadOnlySpan) string {
 	for _, k := range []attribute.Key{telemetry.Calls, telemetry.CallsWorstCase, telemetry.CircuitState, telemetry.BudgetLeft} {
 		if v, ok := attrs[k]; ok {
 			name := strings.TrimPrefix(string(k), "retrace.")
-			parts = append(parts, name+"="+v.Emit())
+			parts = append(parts, name+"="+v.String())
 		}
 	}
 	if s.Status().Code == codes.Error {
