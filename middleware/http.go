@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -129,7 +130,7 @@ func (t *transport) attempt(ctx context.Context, req *http.Request) (*http.Respo
 // It reads at most 64 KiB of the body and puts what it read back, so the
 // response can still be read in full.
 func APIErrorFrom(resp *http.Response) *policies.APIError {
-	e := &policies.APIError{StatusCode: resp.StatusCode, RetryAfter: policies.ParseRetryAfter(resp.Header, time.Now())}
+	e := &policies.APIError{StatusCode: resp.StatusCode, RetryAfter: engine.ParseRetryAfter(resp.Header, time.Now())}
 	if resp.Body == nil {
 		return e
 	}

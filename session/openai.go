@@ -17,6 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -136,7 +137,7 @@ func (p *OpenAI) streamError(ctx context.Context, err error, started bool) error
 			e.Code = api.Type
 		}
 		if api.Response != nil {
-			e.RetryAfter = policies.ParseRetryAfter(api.Response.Header, time.Now())
+			e.RetryAfter = engine.ParseRetryAfter(api.Response.Header, time.Now())
 		}
 		return e
 	}
