@@ -4,4 +4,10 @@
 //
 //	scripts/jaeger.sh build       # once; the binary is kept between runs
 //	go test -tags e2e ./e2e
+//
+// A test that needs a real part (Jaeger; later Redis or a contrib module's
+// server) and cannot have it calls needPart with the reason. With CI=true in
+// the environment, as CI sets it, the test then fails: CI must not pass
+// without having checked what the test is for. Without it, the test skips
+// and says why.
 package e2e

@@ -10,9 +10,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"strings"
 	"sync"
+
+	"github.com/retrace-go/retrace/policies"
 )
 
 // fileStoreMaxTaskIDLen is the longest task ID a FileStore accepts, in
@@ -45,8 +46,16 @@ const fileStoreSuffix = ".checkpoint.json"
 // 200 bytes, made only of ASCII letters, digits, '.', '_' and '-', and not
 // starting with a dot. Load and Save reject any other ID before touching the
 // file system, so no ID can reach outside the directory.
+//
+// A failure of the file system, in Load or Save, is a *policies.Error of
+// class policies.Fatal and type "checkpoint_io": a task whose progress
+// cannot be read or saved must stop rather than run steps it cannot record.
+// A Save that fails leaves the previous checkpoint in place (or, when only
+// the final fsync of the directory failed, the new one), and the next run
+// resumes from it.
 type FileStore struct {
 	dir   string
+	fs    fileStoreFS
 	locks sync.Map // task ID → *sync.Mutex, serialising Saves of one task
 }
 
@@ -55,13 +64,25 @@ var _ Store = (*FileStore)(nil)
 // NewFileStore returns a FileStore keeping its checkpoints in dir, which it
 // creates (with mode 0o755, and any missing parents) if it does not exist.
 func NewFileStore(dir string) (*FileStore, error) {
+	return newFileStore(dir, osFS{})
+}
+
+// newFileStore returns a FileStore in dir that does its file operations
+// through fsys.
+func newFileStore(dir string, fsys fileStoreFS) (*FileStore, error) {
 	if dir == "" {
 		return nil, errors.New("runtime: new file store: the directory is empty")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("runtime: new file store: %w", err)
 	}
-	return &FileStore{dir: dir}, nil
+	return &FileStore{dir: dir, fs: fsys}, nil
+}
+
+// fileStoreIOError classifies err, a failure of the file system, as
+// described on FileStore.
+func fileStoreIOError(err error) error {
+	return &policies.Error{Class: policies.Fatal, Type: "checkpoint_io", Err: err}
 }
 
 // Path returns the file that holds the checkpoint of taskID. It does not
@@ -75,8 +96,8 @@ func (s *FileStore) Path(taskID string) string {
 // truncated, garbled, followed by trailing data, with unknown fields, of
 // another version or another task, or with steps out of order) is reported
 // as a *CheckpointError whose Path is the file; Load never returns a partly
-// decoded checkpoint. An invalid task ID, a cancelled ctx and a failure to
-// read the file are returned as plain errors.
+// decoded checkpoint. An invalid task ID and a cancelled ctx are returned
+// as plain errors, a failure to read the file as a Fatal *policies.Error.
 func (s *FileStore) Load(ctx context.Context, taskID string) (*Checkpoint, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -85,12 +106,12 @@ func (s *FileStore) Load(ctx context.Context, taskID string) (*Checkpoint, error
 		return nil, fmt.Errorf("runtime: load checkpoint: %w", err)
 	}
 	path := s.Path(taskID)
-	data, err := os.ReadFile(path)
+	data, err := s.fs.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("runtime: load checkpoint %s: %w", path, err)
+		return nil, fileStoreIOError(fmt.Errorf("runtime: load checkpoint %s: %w", path, err))
 	}
 	cp, err := decodeCheckpointFile(data, taskID)
 	if err != nil {
@@ -107,11 +128,12 @@ func (s *FileStore) Load(ctx context.Context, taskID string) (*Checkpoint, error
 //
 // The checkpoint is written as indented JSON to a temporary file in the
 // store's directory, fsynced, closed and renamed over the checkpoint file;
-// the directory is then fsynced. If any of this fails, the temporary file is
-// removed and the previous checkpoint, if any, is left as it was (unless only
-// the directory fsync failed: the new checkpoint is then in place but may not
-// survive a power loss). Before writing, Save removes the temporary files of
-// the same task that a writer killed during a Save left behind.
+// the directory is then fsynced, and only then does Save return. If any of
+// this fails, Save returns a Fatal *policies.Error, the temporary file is
+// removed and the previous checkpoint, if any, is left as it was (unless
+// only the directory's fsync failed: the new checkpoint is then in place but
+// may not survive a power loss). Before writing, Save removes the temporary
+// files of the same task that a writer killed during a Save left behind.
 func (s *FileStore) Save(ctx context.Context, cp *Checkpoint) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -141,10 +163,10 @@ func (s *FileStore) Save(ctx context.Context, cp *Checkpoint) error {
 
 	path := s.Path(taskID)
 	if err := s.removeStaleTemps(taskID); err != nil {
-		return fmt.Errorf("runtime: save checkpoint %s: %w", path, err)
+		return fileStoreIOError(fmt.Errorf("runtime: save checkpoint %s: %w", path, err))
 	}
 	if err := s.writeAtomically(path, taskID, data); err != nil {
-		return fmt.Errorf("runtime: save checkpoint %s: %w", path, err)
+		return fileStoreIOError(fmt.Errorf("runtime: save checkpoint %s: %w", path, err))
 	}
 	return nil
 }
@@ -156,71 +178,84 @@ func (s *FileStore) Save(ctx context.Context, cp *Checkpoint) error {
 func fileStoreTempPattern(taskID string) string { return "." + taskID + ".*.tmp" }
 
 // removeStaleTemps removes the temporary files of taskID left by a writer
-// that died during a Save. The glob ".<id>.*.tmp" also matches the files of
-// a task "<id>.<suffix>", so only names whose random part is all digits, as
+// that died during a Save. It lists the directory rather than globbing it,
+// so that a directory whose name holds a glob metacharacter ('[', '*', '?')
+// works too. A name ".<id>.<random>.tmp" may also be the file of a task
+// "<id>.<suffix>", so only names whose random part is all digits, as
 // os.CreateTemp makes them, are removed.
 func (s *FileStore) removeStaleTemps(taskID string) error {
-	matches, err := filepath.Glob(filepath.Join(s.dir, fileStoreTempPattern(taskID)))
+	entries, err := s.fs.ReadDir(s.dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("list the directory for stale temporary files: %w", err)
 	}
 	prefix, suffix := "."+taskID+".", ".tmp"
-	for _, m := range matches {
-		name := filepath.Base(m)
-		random := strings.TrimSuffix(strings.TrimPrefix(name, prefix), suffix)
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, prefix) || !strings.HasSuffix(name, suffix) || len(name) < len(prefix)+len(suffix) {
+			continue
+		}
+		random := name[len(prefix) : len(name)-len(suffix)]
 		if random == "" || strings.Trim(random, "0123456789") != "" {
 			continue // another task's temporary file
 		}
-		if err := os.Remove(m); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := s.fs.Remove(filepath.Join(s.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove stale temporary file: %w", err)
 		}
 	}
 	return nil
 }
 
-// writeAtomically replaces path with data: temporary file in the same
-// directory, write, fsync, close, rename, fsync of the directory.
-func (s *FileStore) writeAtomically(path, taskID string, data []byte) (err error) {
-	f, err := os.CreateTemp(s.dir, fileStoreTempPattern(taskID))
+// writeAtomically replaces path with data: a temporary file in the same
+// directory, written, fsynced and closed, then renamed over path, then an
+// fsync of the directory. The temporary file's fsync comes before the
+// rename, so that the name never points to data still in the page cache;
+// the directory's comes after it, so that the rename itself is on disk
+// before Save reports the checkpoint saved.
+func (s *FileStore) writeAtomically(path, taskID string, data []byte) error {
+	tmp, err := s.writeTemp(taskID, data)
 	if err != nil {
-		return fmt.Errorf("create temporary file: %w", err)
+		return err
 	}
-	tmp := f.Name()
-	closed := false
-	defer func() {
-		if err != nil {
-			if !closed {
-				_ = f.Close()
-			}
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync temporary file: %w", err)
-	}
-	closed = true
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close temporary file: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := s.fs.Rename(tmp, path); err != nil {
+		_ = s.fs.Remove(tmp)
 		return fmt.Errorf("rename temporary file: %w", err)
 	}
-	if err := fileStoreSyncDir(s.dir); err != nil {
+	if err := s.syncDir(); err != nil {
 		return fmt.Errorf("the checkpoint was replaced but may not survive a power loss: sync directory: %w", err)
 	}
 	return nil
 }
 
-// fileStoreSyncDir fsyncs dir, making a rename in it durable. Windows cannot
-// fsync a directory (and does not need to), so there it does nothing.
-func fileStoreSyncDir(dir string) error {
-	if goruntime.GOOS == "windows" {
-		return nil
+// writeTemp writes data to a new temporary file of taskID, fsyncs and
+// closes it, and returns its name. If any of this fails, it closes and
+// removes the file.
+func (s *FileStore) writeTemp(taskID string, data []byte) (name string, err error) {
+	f, err := s.fs.CreateTemp(s.dir, fileStoreTempPattern(taskID))
+	if err != nil {
+		return "", fmt.Errorf("create temporary file: %w", err)
 	}
-	d, err := os.Open(dir)
+	defer func() {
+		if err != nil {
+			_ = s.fs.Remove(f.Name())
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return "", fmt.Errorf("write temporary file: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return "", fmt.Errorf("sync temporary file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("close temporary file: %w", err)
+	}
+	return f.Name(), nil
+}
+
+// syncDir fsyncs the store's directory, making a rename in it durable.
+func (s *FileStore) syncDir() error {
+	d, err := s.fs.OpenDir(s.dir)
 	if err != nil {
 		return err
 	}

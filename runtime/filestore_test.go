@@ -255,6 +255,30 @@ func TestFileStoreTempFiles(t *testing.T) {
 	fsRequireSame(t, fsSmallCheckpoint("id", fsT0.Add(time.Hour)), got)
 }
 
+// A directory whose name holds glob metacharacters is a directory like any
+// other: the stale temporary files in it are found and removed, and nothing
+// else is.
+func TestFileStoreDirWithGlobCharacters(t *testing.T) {
+	ctx := context.Background()
+	for _, name := range []string{"a[b", "a*b", "a?b", "[ab]"} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), name)
+			store, err := runtime.NewFileStore(dir)
+			require.NoError(t, err)
+			for _, f := range []string{".id.123.tmp", ".other.456.tmp"} {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, f), []byte(`{"half`), 0o600))
+			}
+			require.NoError(t, store.Save(ctx, fsSmallCheckpoint("id", fsT0)))
+			entries, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			assert.Equal(t, []string{".other.456.tmp", "id.checkpoint.json"}, fsNames(entries))
+			got, err := store.Load(ctx, "id")
+			require.NoError(t, err)
+			fsRequireSame(t, fsSmallCheckpoint("id", fsT0), got)
+		})
+	}
+}
+
 // fsReplace replaces old by repl in data, once, and fails if old is absent.
 func fsReplace(t *testing.T, data []byte, old, repl string) []byte {
 	t.Helper()

@@ -7,9 +7,14 @@
 #   scripts/jaeger.sh run     # run it in the foreground: OTLP gRPC 127.0.0.1:4317, UI http://127.0.0.1:16686
 #
 # The binary is kept in $RETRACE_CACHE (default ~/.cache/retrace).
+# RETRACE_JAEGER_VERSION builds another module version of Jaeger than the one
+# tools/jaeger/go.mod pins, through a temporary copy of that go.mod (which
+# stays as it is); a version that does not exist makes the build fail, which
+# is how to check that CI fails without Jaeger.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-version="v1.76.0" # the module version of Jaeger 2.13
+pinned="v1.76.0" # the module version of Jaeger 2.13, as tools/jaeger/go.mod requires it
+version="${RETRACE_JAEGER_VERSION:-$pinned}"
 cache="${RETRACE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/retrace}"
 bin="$cache/jaeger-$version"
 
@@ -20,7 +25,15 @@ build() {
   fi
   mkdir -p "$cache"
   echo "building Jaeger $version from the Go module proxy (minutes the first time)..." >&2
-  (cd "$root/tools/jaeger" && go build -trimpath -o "$bin.tmp.$$" github.com/jaegertracing/jaeger/cmd/jaeger)
+  if [ "$version" = "$pinned" ]; then
+    (cd "$root/tools/jaeger" && go build -trimpath -o "$bin.tmp.$$" github.com/jaegertracing/jaeger/cmd/jaeger)
+  else
+    mod="$(mktemp -d)"
+    trap 'rm -rf "$mod"' EXIT
+    cp "$root/tools/jaeger/go.mod" "$root/tools/jaeger/go.sum" "$mod/"
+    go mod edit -require="github.com/jaegertracing/jaeger@$version" "$mod/go.mod"
+    (cd "$root/tools/jaeger" && go build -trimpath -mod=mod -modfile="$mod/go.mod" -o "$bin.tmp.$$" github.com/jaegertracing/jaeger/cmd/jaeger)
+  fi
   mv "$bin.tmp.$$" "$bin"
   echo "$bin"
 }

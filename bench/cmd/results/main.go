@@ -2,34 +2,85 @@
 // (from `go test -bench` output) with the benchstat table, the retry storm in
 // virtual time, and the amplification of nested retry layers. It also writes
 // the storm's series as CSV for the plot. scripts/bench.sh runs it.
+//
+// Every figure on the page is computed from the run the page names: the
+// benchmark output and the benchstat summary it is given, and the storm and
+// the amplification it simulates itself. The page says when it was generated
+// and by which command, and which command wrote the benchmark output when it
+// is told (-bench-cmd). Its prose (page.md.tmpl) holds no number of its own:
+// a figure typed by hand would read as measured. The one hand-written part,
+// notes.md, is labelled as such, dated, and holds no figures.
 package main
 
 import (
 	"bufio"
+	_ "embed"
 	"encoding/csv"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	goruntime "runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"text/template"
 	"time"
 
 	"github.com/retrace-go/retrace/bench"
+	"github.com/retrace-go/retrace/policies"
 )
 
+//go:embed page.md.tmpl
+var pageTemplate string
+
+// notes is the hand-written section that ends the page.
+//
+//go:embed notes.md
+var notes string
+
+// config is the command line.
+type config struct {
+	bench, benchstat, out, csv string
+	benchCmd                   string // the command that wrote the bench file, "" if not given
+}
+
 func main() {
-	benchOut := flag.String("bench", "bench/out/bench.txt", "go test -bench output, with -count 10 or more")
-	benchstat := flag.String("benchstat", "bench/out/benchstat.txt", "benchstat's summary of the same file")
-	out := flag.String("out", "bench/RESULTS.md", "the results page")
-	csvOut := flag.String("csv", "bench/storm.csv", "the storm's series, for the plot")
+	var c config
+	flag.StringVar(&c.bench, "bench", "bench/out/bench.txt", "go test -bench output, with -count 10 or more")
+	flag.StringVar(&c.benchstat, "benchstat", "bench/out/benchstat.txt", "benchstat's summary of the same file")
+	flag.StringVar(&c.out, "out", "bench/RESULTS.md", "the results page")
+	flag.StringVar(&c.csv, "csv", "bench/storm.csv", "the storm's series, for the plot")
+	flag.StringVar(&c.benchCmd, "bench-cmd", "", "the command that wrote the -bench file, stated on the page; without it the page says the command was not recorded")
 	flag.Parse()
-	if err := run(*benchOut, *benchstat, *out, *csvOut); err != nil {
+	if err := run(c, time.Now()); err != nil {
 		fmt.Fprintln(os.Stderr, "results:", err)
 		os.Exit(1)
 	}
+}
+
+// command is the generator's command line with every flag's value, so
+// that the page states exactly what produced it.
+func (c config) command() string {
+	args := []string{"go", "run", "./bench/cmd/results", "-bench", c.bench, "-benchstat", c.benchstat, "-out", c.out, "-csv", c.csv}
+	if c.benchCmd != "" {
+		args = append(args, "-bench-cmd", c.benchCmd)
+	}
+	for i, a := range args {
+		args[i] = shellQuote(a)
+	}
+	return strings.Join(args, " ")
+}
+
+var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./:=@%+,-]+$`)
+
+// shellQuote quotes s for a POSIX shell, if it needs quoting.
+func shellQuote(s string) string {
+	if shellSafe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // sample is one benchmark's runs.
@@ -37,39 +88,56 @@ type sample struct {
 	ns, bytes, allocs []float64
 }
 
-var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+// benchLine is a result line of go test -bench; the name's "-N" suffix is
+// the GOMAXPROCS of the run (absent when it is 1).
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-(\d+))?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
 
-func parse(path string) (map[string]*sample, []string, error) {
+// benchRun is what a go test -bench output holds.
+type benchRun struct {
+	samples map[string]*sample
+	env     []string // its goos, goarch, pkg and cpu lines
+	procs   []string // the GOMAXPROCS suffixes of its benchmark names
+}
+
+func parse(path string) (*benchRun, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	defer f.Close()
-	samples := map[string]*sample{}
-	var env []string
+	r := &benchRun{samples: map[string]*sample{}}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "goos:") || strings.HasPrefix(line, "goarch:") || strings.HasPrefix(line, "cpu:") {
-			env = append(env, line)
+		for _, p := range []string{"goos:", "goarch:", "pkg:", "cpu:"} {
+			if strings.HasPrefix(line, p) {
+				r.env = append(r.env, line)
+			}
 		}
 		m := benchLine.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
-		s := samples[m[1]]
+		s := r.samples[m[1]]
 		if s == nil {
 			s = &sample{}
-			samples[m[1]] = s
+			r.samples[m[1]] = s
 		}
-		s.ns = append(s.ns, num(m[2]))
-		s.bytes = append(s.bytes, num(m[3]))
-		s.allocs = append(s.allocs, num(m[4]))
+		if m[2] != "" {
+			r.procs = append(r.procs, m[2])
+		}
+		s.ns = append(s.ns, num(m[3]))
+		s.bytes = append(s.bytes, num(m[4]))
+		s.allocs = append(s.allocs, num(m[5]))
 	}
-	if len(samples) == 0 {
-		return nil, nil, fmt.Errorf("%s holds no benchmark results", path)
+	if err := sc.Err(); err != nil {
+		return nil, err
 	}
-	return samples, dedupe(env), sc.Err()
+	if len(r.samples) == 0 {
+		return nil, fmt.Errorf("%s holds no benchmark results", path)
+	}
+	r.env, r.procs = dedupe(r.env), dedupe(r.procs)
+	return r, nil
 }
 
 func num(s string) float64 {
@@ -101,135 +169,254 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-var variants = []string{"bare", "failsafe", "failsafe-otel", "retrace-noop", "retrace-sdk", "retrace-unsampled"}
+// The micro-benchmarks the tables show, in their order.
+var (
+	microBenchmarks = []string{"BenchmarkCall", "BenchmarkCallParallel"}
+	microPaths      = []string{"success", "failure"}
+	variants        = []string{"bare", "failsafe", "failsafe-otel", "retrace-noop", "retrace-sdk", "retrace-unsampled"}
+)
 
-func run(benchPath, benchstatPath, outPath, csvPath string) error {
-	samples, env, err := parse(benchPath)
-	if err != nil {
-		return err
-	}
-	stat, err := os.ReadFile(benchstatPath)
-	if err != nil {
-		return err
-	}
-	med := func(bench, path, v string) float64 {
-		s := samples[bench+"/"+path+"/"+v]
-		if s == nil {
-			return 0
-		}
-		return median(s.ns)
-	}
-	runs := 0
-	for _, s := range samples {
-		runs = max(runs, len(s.ns))
-	}
+// The targets the page checks. They are goals set beforehand, not
+// measurements, and the page says so.
+const (
+	targetNoopRatio = 1.15 // retrace-noop's ns/op at most this × failsafe's, success path
+	targetSDKRatio  = 1.0  // retrace-sdk's ns/op at most this × failsafe-otel's
+	targetPeakCut   = 0.5  // the jitter cuts the storm's peak by at least this…
+	targetClients   = 100  // …with this many clients
+)
 
-	var b strings.Builder
-	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
-	w("# retrace: what a retry costs\n\n")
-	w("Generated by `scripts/bench.sh` on %s. Every figure on this page comes from that one run.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	w("## Machine\n\n")
-	for _, e := range env {
-		w("- %s\n", e)
-	}
-	w("- %d CPUs (GOMAXPROCS %d), %s\n", goruntime.NumCPU(), goruntime.GOMAXPROCS(0), goruntime.Version())
-	w("\n## Reproduce\n\n```sh\nscripts/bench.sh   # benchmarks (-count %d), benchstat, the storm, the plot, this page\n```\n\n", runs)
-	w("which runs, from the repository root:\n\n```sh\n" +
-		"go test -run '^$' -bench 'BenchmarkCall' -count 10 ./bench | tee bench/out/bench.txt\n" +
-		"(cd tools/bench && go tool benchstat ../../bench/out/bench.txt) > bench/out/benchstat.txt\n" +
-		"go run ./bench/cmd/results\n" +
-		"(cd tools/bench && go run ./plot ../../bench/storm.csv ../../bench/storm.png)\n```\n\n")
+// The storms the page reports, by number of clients.
+var stormClients = []int{targetClients, 5}
 
-	// Targets.
-	storms := map[int]map[bench.Strategy]bench.StormResult{}
-	for _, n := range []int{100, 5} {
-		storms[n] = map[bench.Strategy]bench.StormResult{}
-		for _, s := range bench.Strategies {
-			storms[n][s] = bench.Simulate(bench.DefaultStorm(n, s))
-		}
-	}
-	noop, fs := med("BenchmarkCall", "success", "retrace-noop"), med("BenchmarkCall", "success", "failsafe")
-	sdk, otel := med("BenchmarkCall", "success", "retrace-sdk"), med("BenchmarkCall", "success", "failsafe-otel")
-	sdkF, otelF := med("BenchmarkCall", "failure", "retrace-sdk"), med("BenchmarkCall", "failure", "failsafe-otel")
-	peakNo, peakJ := storms[100][bench.NoJitter].Peak, storms[100][bench.Jitter].Peak
-	cut := 1 - float64(peakJ)/float64(peakNo)
-	w("## Targets\n\n| target | measured (medians of %d runs) | holds |\n|---|---|---|\n", runs)
-	w("| `retrace-noop` within 1.15× of `failsafe` ns/op, success path | %.0f ns vs %.0f ns: **%.2f×** | %s |\n", noop, fs, noop/fs, holds(noop <= 1.15*fs))
-	w("| `retrace-sdk` no slower than `failsafe-otel`, success path | %.0f ns vs %.0f ns: **%.2f×** | %s |\n", sdk, otel, sdk/otel, holds(sdk <= otel))
-	w("| (the same on the failure path: 3 attempts) | %.0f ns vs %.0f ns: **%.2f×** | %s |\n", sdkF, otelF, sdkF/otelF, holds(sdkF <= otelF))
-	w("| the seed's jitter cuts the storm's peak by ≥ 50%% at 100 clients | %d → %d requests per 100 ms: **−%.0f%%** | %s |\n\n", peakNo, peakJ, 100*cut, holds(cut >= 0.5))
+// page is everything the template prints.
+type page struct {
+	Generated string // when, in UTC
+	Command   string // the generator's command line
+	BenchFile string
+	BenchCmd  string // "" when not given
+	Benchstat string // the benchstat summary, verbatim
+	Runs      string // how many runs each benchmark had: "10", or "3–10" when they differ
+	Env       []string
+	Procs     string // the benchmarks' GOMAXPROCS, from their names; "" if none
+	GoVersion string // the generator's
+	CPUs      int    // the generator's machine's
+	Targets   []targetRow
+	Micro     []microTable
 
-	// Micro-benchmarks.
-	w("## Micro-benchmarks: one call through retry + circuit breaker + bulkhead\n\n")
-	w("`BenchmarkCall` (one goroutine) and `BenchmarkCallParallel` (`RunParallel`), `bench/call_test.go`. ")
-	w("`success`: the handler succeeds at once. `failure`: it fails Transient 3 times (3 attempts, no delay). ")
-	w("Variants: `bare` is the handler alone; `failsafe` is `failsafe.With(retry, breaker, bulkhead)`; `failsafe-otel` is the same, ")
-	w("instrumented by hand as a user would without retrace (a span per call and per attempt, failsafe-go's listeners ")
-	w("recording attempts, outcome, retries and breaker changes); `retrace-*` is `middleware.Policies` with the same policies ")
-	w("under a no-op tracer, an SDK tracer that samples everything (batch processor, discarding exporter), or one that samples nothing.\n\n")
-	for _, bn := range []string{"BenchmarkCall", "BenchmarkCallParallel"} {
-		for _, path := range []string{"success", "failure"} {
-			w("**%s / %s** (medians)\n\n| variant | ns/op | × failsafe | B/op | allocs/op |\n|---|---:|---:|---:|---:|\n", bn, path)
-			base := med(bn, path, "failsafe")
-			for _, v := range variants {
-				s := samples[bn+"/"+path+"/"+v]
-				if s == nil {
-					continue
-				}
-				w("| %s | %.0f | %.2f | %.0f | %.0f |\n", v, median(s.ns), median(s.ns)/base, median(s.bytes), median(s.allocs))
-			}
-			w("\n")
-		}
-	}
-	w("benchstat (`go tool benchstat`, the same runs):\n\n```\n%s```\n\n", stat)
+	Retry  retryFacts
+	Storm  bench.StormConfig // DefaultStorm's settings, as the prose describes them
+	Window string
+	Storms []stormTable
+	Spread stormSpread
 
-	// Storm.
-	w("## Retry storm, in virtual time\n\n")
-	w("`bench.Simulate` (`bench/storm.go`): N clients each run a task of 5 logical calls. At t = 0 every client's call in flight ")
-	w("fails at the same moment; the downstream then refuses everything for 5 s and, after that, everything above N/10 requests ")
-	w("per 100 ms. The clients retry with retrace's own `policies.Retrier` (ToolRetry: 3 attempts, 0.8 s · 2^(n-1) capped at 8 s) ")
-	w("and, for the breaker strategy, one shared `policies.CircuitBreaker` (5 failures, 60 s); jitter comes from a seeded source ")
-	w("(seed 1), so every figure is reproducible. Strategies: no jitter; the seed's jitter (× a factor in [0.5, 1]); jitter and a ")
-	w("task budget of 6 retries per client; jitter and the breaker.\n\n")
-	for _, n := range []int{100, 5} {
-		w("**%d clients** (capacity %d per 100 ms)\n\n| strategy | peak requests / 100 ms | downstream calls | per logical call | logical calls that succeeded | all finished at |\n|---|---:|---:|---:|---:|---:|\n", n, max(1, n/10))
-		for _, s := range bench.Strategies {
-			r := storms[n][s]
-			w("| %s | %d | %d | %.2f | %d / %d | %.1f s |\n", s, r.Peak, r.DownstreamCalls, r.CallsPerLogical(), r.Succeeded, r.LogicalCalls, r.Finish.Seconds())
-		}
-		w("\n")
-	}
-	w("![Downstream requests per 100 ms window, 100 clients](storm.png)\n\n")
-	w("Without jitter the herd retries in one window, 0.8 s and 2.4 s after the failure, and again after every logical call; the ")
-	w("seed's jitter spreads each wave over four windows. The task budget trims the retries that cannot succeed during the outage. ")
-	w("The breaker opens after 5 failures and keeps the downstream almost untouched, at the price that with the seed's 60 s ")
-	w("cool-down every call in these short tasks fails fast: the model gets \"unavailable, use another tool\" instead of a result.\n\n")
+	Amp    []bench.AmpRow
+	Hidden *bench.AmpRow // the first setup whose provider got more requests than its trace saw calls
 
-	// Amplification.
-	w("## Amplification: what nested retry layers make of one request\n\n")
-	w("`bench.Amplification` (`bench/amplify.go`): the seeds' presets over a provider that always answers 503, in virtual time. ")
-	w("`retrace.calls` is the root span's count of leaf calls; `worst_case` is the product of the nested layers' max attempts, ")
-	w("announced on the root span as soon as the inner layer starts.\n\n| layers | provider requests | retrace.calls | retrace.calls.worst_case | outcome |\n|---|---:|---:|---:|---|\n")
-	for _, r := range bench.Amplification() {
-		w("| %s | %d | %d | %d | %s |\n", r.Setup, r.Requests, r.TraceCalls, r.WorstCase, r.Outcome)
-	}
-	w("\nThe SDK's hidden layer makes 36 requests where the trace, without an `http` layer, sees 12 model calls; declared with ")
-	w("`middleware.WithInnerAttempts(3)`, it still shows in `worst_case`, and with `middleware.Transport` in the SDK's HTTP client ")
-	w("every request is a leaf span (the demo's `hidden-layer` scenario: 36 = 36 = 36).\n\n")
-	b.WriteString(notes)
+	Notes string
+}
 
-	if err := os.WriteFile(outPath, []byte(b.String()), 0o644); err != nil {
-		return err
+type targetRow struct{ Target, Measured, Holds string }
+
+type microTable struct {
+	Benchmark, Path string
+	Rows            []microRow
+}
+
+type microRow struct {
+	Variant                 string
+	NsOp, Ratio, BOp, Alloc string
+}
+
+// retryFacts are the settings of policies.ToolRetry, which the storm's
+// clients use, as the page states them.
+type retryFacts struct {
+	MaxAttempts        int
+	Base, Cap          string
+	JitterLo, JitterHi string
+}
+
+type stormTable struct {
+	Clients, Capacity int
+	Rows              []stormRow
+}
+
+type stormRow struct {
+	Strategy           bench.Strategy
+	Peak, Downstream   int
+	PerLogical         string
+	Succeeded, Logical int
+	Finish             string
+}
+
+// stormSpread is what the prose after the storm tables says, for
+// targetClients clients.
+type stormSpread struct {
+	Clients                             int
+	PeakNoJitter, PeakJitter            int
+	DownJitter, DownBudget, DownBreaker int
+	OKJitter, OKBreaker, Logical        int
+	LogicalJitter                       int
+}
+
+// seconds formats d in seconds, as short as it is exact: "0.8 s", "5 s".
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
+}
+
+// ratio formats a/b, or "–" when b was not measured.
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "–"
 	}
-	return writeCSV(csvPath, storms)
+	return fmt.Sprintf("%.2f", a/b)
 }
 
 func holds(ok bool) string {
 	if ok {
 		return "yes"
 	}
-	return "**no**: see the notes"
+	return "**no**"
 }
+
+func run(c config, now time.Time) error {
+	br, err := parse(c.bench)
+	if err != nil {
+		return err
+	}
+	stat, err := os.ReadFile(c.benchstat)
+	if err != nil {
+		return err
+	}
+	storms := map[int]map[bench.Strategy]bench.StormResult{}
+	for _, n := range stormClients {
+		storms[n] = map[bench.Strategy]bench.StormResult{}
+		for _, s := range bench.Strategies {
+			storms[n][s] = bench.Simulate(bench.DefaultStorm(n, s))
+		}
+	}
+	p := build(c, now, br, string(stat), storms, bench.Amplification())
+
+	tmpl, err := template.New("page").Funcs(template.FuncMap{"seconds": seconds}).Parse(pageTemplate)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	if err := tmpl.Execute(&b, p); err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.out, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return writeCSV(c.csv, storms)
+}
+
+// build computes the page from the run.
+func build(c config, now time.Time, br *benchRun, stat string, storms map[int]map[bench.Strategy]bench.StormResult, amp []bench.AmpRow) *page {
+	p := &page{
+		Generated: now.UTC().Format("2006-01-02 15:04 UTC"),
+		Command:   c.command(),
+		BenchFile: c.bench,
+		BenchCmd:  c.benchCmd,
+		Benchstat: stat,
+		Env:       br.env,
+		Procs:     strings.Join(br.procs, ", "),
+		GoVersion: goruntime.Version(),
+		CPUs:      goruntime.NumCPU(),
+		Notes:     notes,
+	}
+	fewest, most := math.MaxInt, 0
+	for _, s := range br.samples {
+		fewest, most = min(fewest, len(s.ns)), max(most, len(s.ns))
+	}
+	p.Runs = strconv.Itoa(most)
+	if fewest != most {
+		p.Runs = fmt.Sprintf("%d–%d", fewest, most)
+	}
+
+	med := func(bench, path, v string) float64 {
+		if s := br.samples[bench+"/"+path+"/"+v]; s != nil {
+			return median(s.ns)
+		}
+		return 0
+	}
+	compare := func(target, a, b string, path string, limit float64) targetRow {
+		x, y := med("BenchmarkCall", path, a), med("BenchmarkCall", path, b)
+		if x == 0 || y == 0 {
+			return targetRow{Target: target, Measured: "not in this run", Holds: "not measured"}
+		}
+		return targetRow{Target: target, Measured: fmt.Sprintf("%.0f ns vs %.0f ns: **%.2f×**", x, y, x/y), Holds: holds(x <= limit*y)}
+	}
+	p.Targets = []targetRow{
+		compare(fmt.Sprintf("`retrace-noop` within %g× of `failsafe` ns/op, success path", targetNoopRatio), "retrace-noop", "failsafe", "success", targetNoopRatio),
+		compare("`retrace-sdk` no slower than `failsafe-otel`, success path", "retrace-sdk", "failsafe-otel", "success", targetSDKRatio),
+		compare("(the same on the failure path)", "retrace-sdk", "failsafe-otel", "failure", targetSDKRatio),
+	}
+	peakNo, peakJ := storms[targetClients][bench.NoJitter].Peak, storms[targetClients][bench.Jitter].Peak
+	cut := 1 - float64(peakJ)/float64(peakNo)
+	p.Targets = append(p.Targets, targetRow{
+		Target:   fmt.Sprintf("the seed's jitter cuts the storm's peak by ≥ %g%% at %d clients", 100*targetPeakCut, targetClients),
+		Measured: fmt.Sprintf("%d → %d requests per %s: **−%.0f%%**", peakNo, peakJ, window(), 100*cut),
+		Holds:    holds(cut >= targetPeakCut),
+	})
+
+	for _, bn := range microBenchmarks {
+		for _, path := range microPaths {
+			t := microTable{Benchmark: bn, Path: path}
+			base := med(bn, path, "failsafe")
+			for _, v := range variants {
+				s := br.samples[bn+"/"+path+"/"+v]
+				if s == nil {
+					continue
+				}
+				t.Rows = append(t.Rows, microRow{
+					Variant: v, NsOp: fmt.Sprintf("%.0f", median(s.ns)), Ratio: ratio(median(s.ns), base),
+					BOp: fmt.Sprintf("%.0f", median(s.bytes)), Alloc: fmt.Sprintf("%.0f", median(s.allocs)),
+				})
+			}
+			if len(t.Rows) > 0 {
+				p.Micro = append(p.Micro, t)
+			}
+		}
+	}
+
+	tr := policies.ToolRetry
+	p.Retry = retryFacts{
+		MaxAttempts: tr.MaxAttempts, Base: seconds(tr.Backoff.Base), Cap: seconds(tr.Backoff.Cap),
+		JitterLo: strconv.FormatFloat(1-tr.Backoff.Jitter, 'f', -1, 64), JitterHi: strconv.FormatFloat(1, 'f', -1, 64),
+	}
+	p.Storm = bench.DefaultStorm(targetClients, bench.NoJitter)
+	p.Window = window()
+	for _, n := range stormClients {
+		t := stormTable{Clients: n, Capacity: bench.DefaultStorm(n, bench.NoJitter).Capacity}
+		for _, s := range bench.Strategies {
+			r := storms[n][s]
+			t.Rows = append(t.Rows, stormRow{
+				Strategy: s, Peak: r.Peak, Downstream: r.DownstreamCalls, PerLogical: fmt.Sprintf("%.2f", r.CallsPerLogical()),
+				Succeeded: r.Succeeded, Logical: r.LogicalCalls, Finish: fmt.Sprintf("%.1f s", r.Finish.Seconds()),
+			})
+		}
+		p.Storms = append(p.Storms, t)
+	}
+	s := storms[targetClients]
+	p.Spread = stormSpread{
+		Clients: targetClients, PeakNoJitter: peakNo, PeakJitter: peakJ,
+		DownJitter: s[bench.Jitter].DownstreamCalls, DownBudget: s[bench.JitterBudget].DownstreamCalls, DownBreaker: s[bench.JitterBreaker].DownstreamCalls,
+		OKJitter: s[bench.Jitter].Succeeded, LogicalJitter: s[bench.Jitter].LogicalCalls,
+		OKBreaker: s[bench.JitterBreaker].Succeeded, Logical: s[bench.JitterBreaker].LogicalCalls,
+	}
+
+	p.Amp = amp
+	for i := range amp {
+		if amp[i].Requests != amp[i].TraceCalls {
+			p.Hidden = &amp[i]
+			break
+		}
+	}
+	return p
+}
+
+// window is the storm's window width: "100 ms".
+func window() string { return strconv.FormatInt(bench.Window.Milliseconds(), 10) + " ms" }
 
 func writeCSV(path string, storms map[int]map[bench.Strategy]bench.StormResult) error {
 	f, err := os.Create(path)
@@ -238,7 +425,7 @@ func writeCSV(path string, storms map[int]map[bench.Strategy]bench.StormResult) 
 	}
 	cw := csv.NewWriter(f)
 	_ = cw.Write([]string{"clients", "strategy", "window_ms", "requests"})
-	for _, n := range []int{100, 5} {
+	for _, n := range stormClients {
 		for _, s := range bench.Strategies {
 			for i, x := range storms[n][s].Series {
 				_ = cw.Write([]string{strconv.Itoa(n), string(s), strconv.Itoa(i * int(bench.Window/time.Millisecond)), strconv.Itoa(x)})
@@ -252,28 +439,3 @@ func writeCSV(path string, storms map[int]map[bench.Strategy]bench.StormResult) 
 	}
 	return f.Close()
 }
-
-// notes are what the profiles showed and what was done about it.
-const notes = `## Profile notes
-
-Measured with ` + "`go test -cpuprofile`" + ` on the variants that missed a target in the first run:
-
-- **failure path, ` + "`retrace-noop`" + `**: 12.9 µs against failsafe-go's 5.7 µs. 65% of the time was in ` + "`regexp`" + `:
-  secret redaction ran five regular expressions over every error text, several times per failed attempt. A single pass
-  over the text now looks for the first two letters of any credential pattern and runs the expressions only on a hit
-  (` + "`policies.mayHoldSecret`" + `, 0.3 µs for a 72-byte message): 12.9 → about 5 µs, below failsafe-go.
-- **success path, ` + "`retrace-sdk`" + `**: 6.1 µs against 4.5 µs for the hand-made version. About 20% went to the SDK's
-  attribute handling (` + "`SetAttributes`" + `, ` + "`normAttr`" + `, the start options' copy in ` + "`NewSpanStartConfig`" + `, the
-  de-duplication map on export), which grows with the number of attributes and of calls that set them. Each retrace span now
-  gets all its attributes in one ` + "`SetAttributes`" + ` call when it ends (no start options, so no copy), attempt spans carry
-  ` + "`retrace.attempt`" + ` and, after a backoff, ` + "`retrace.retry.delay_ms`" + `, and a closed circuit breaker that lets a call
-  through writes nothing: about 25% off the traced path.
-- **What remains**: with every span sampled, retrace costs about as much as the hand-made version on one goroutine, or
-  somewhat more (three full runs on this 2-core VM, whose neighbours move every figure by ±10–50%, gave 1.00×, 1.14× and
-  1.38× on the success path), and more when both cores are busy (the parallel and ` + "`-cpu 1`" + ` runs, where the exporter competes for the CPU): a retrace
-  call writes more attributes (the root layer span carries ` + "`retrace.layer`, `max_attempts`, `retry.depth`, `attempts`, `outcome`, `calls`, `calls.worst_case`" + `,
-  the contract users query) and redacts every error text it records, and the SDK's
-  cost per attribute is the difference. The policy work itself is about half of failsafe-go's executor
-  (` + "`retrace-noop`" + ` against ` + "`failsafe`" + `), which is what pays for most of it. Unsampled, retrace stays below raw
-  failsafe-go.
-`
