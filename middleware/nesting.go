@@ -2,7 +2,10 @@ package middleware
 
 import (
 	"context"
-	"fmt"
+	"hash/fnv"
+	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +40,7 @@ type root struct {
 	calls    atomic.Int64 // leaf calls: handler invocations with no layer beneath them
 	span     trace.Span
 	mu       sync.Mutex
-	reported []string // nested chains already announced on the root span
+	reported []uint64 // hashes of the nested chains already announced on the root span
 }
 
 type frameKey struct{}
@@ -136,10 +139,28 @@ func NextStep(ctx context.Context) {
 // announceNesting adds a span event to the outermost layer span the first
 // time a retrying layer starts inside another retrying layer: the chain of
 // layers and the worst case of leaf calls it implies, before they happen.
+// A chain already announced costs a hash and a look-up, no allocation.
 func (f *frame) announceNesting() {
 	if !f.retries || f.depth == 0 || f.root.span == nil {
 		return
 	}
+	h := fnv.New64a()
+	for x := f; x != nil; x = x.parent {
+		if x.retries {
+			_, _ = io.WriteString(h, x.layer)
+			_, _ = h.Write([]byte{byte(x.maxAttempts), byte(x.maxAttempts >> 8), 0})
+		}
+	}
+	sum := h.Sum64()
+	r := f.root
+	r.mu.Lock()
+	if slices.Contains(r.reported, sum) {
+		r.mu.Unlock()
+		return
+	}
+	r.reported = append(r.reported, sum)
+	r.mu.Unlock()
+
 	var chain []string
 	worst := int64(1)
 	for x := f; x != nil; x = x.parent {
@@ -151,27 +172,14 @@ func (f *frame) announceNesting() {
 			worst = -1
 			continue
 		}
-		chain = append(chain, fmt.Sprintf("%s(%d)", x.layer, x.maxAttempts))
+		chain = append(chain, x.layer+"("+strconv.Itoa(x.maxAttempts)+")")
 		if worst > 0 {
 			worst *= int64(x.maxAttempts)
 		}
 	}
-	for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
-		chain[i], chain[j] = chain[j], chain[i]
-	}
-	key := strings.Join(chain, " × ")
-	r := f.root
-	r.mu.Lock()
-	for _, k := range r.reported {
-		if k == key {
-			r.mu.Unlock()
-			return
-		}
-	}
-	r.reported = append(r.reported, key)
-	r.mu.Unlock()
+	slices.Reverse(chain)
 	r.span.AddEvent(telemetry.EventNestedRetry, trace.WithAttributes(
-		telemetry.NestedLayers.String(key),
+		telemetry.NestedLayers.String(strings.Join(chain, " × ")),
 		telemetry.CallsWorstCase.Int64(worst),
 	))
 }

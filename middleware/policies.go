@@ -240,9 +240,10 @@ type call[Req, Resp any] struct {
 	lastErr   error     // the last judged error and its classification
 	lastCls   policies.Classification
 	lastFail  engine.Failure
-	rejected  bool           // this attempt was refused by the layer's own breaker or bulkhead
-	report    *engine.Report // how the retry loop ended, nil if it did not run
-	budgetOut bool           // the task budget refused a failsafe-go retry policy's retry
+	rejected  bool                   // this attempt was refused by the layer's own breaker or bulkhead
+	report    *engine.Report         // how the retry loop ended, nil if it did not run
+	budgetOut bool                   // the task budget refused a failsafe-go retry policy's retry
+	attrs     [12]attribute.KeyValue // a span's attributes, built here so that ending a span allocates nothing of ours
 }
 
 // current is the span that policy state without a span of its own goes on.
@@ -334,8 +335,7 @@ func causeIf(ctx context.Context, o policies.Outcome) error {
 // ended, and for a retrying layer its limit, attempts and diagnosis, and on
 // the outermost layer the counts.
 func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome, attempts int, cls policies.Classification, err error) {
-	attrs := make([]attribute.KeyValue, 0, 12)
-	attrs = append(attrs, telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(c.frame.depth),
+	attrs := append(c.attrs[:0], telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(c.frame.depth),
 		telemetry.Outcome.String(string(outcome)))
 	if l.retrying() {
 		if l.maxAttempts > 0 {
@@ -430,7 +430,7 @@ func (c *call[Req, Resp]) Done(n int, err error, _ engine.Decision) {
 	if c.aspan == nil {
 		return
 	}
-	endAttempt(c.aspan, n, c.frame.delay, cls, err)
+	c.endAttempt(c.aspan, n, c.frame.delay, cls, err)
 	c.aspan = nil
 }
 
@@ -443,9 +443,8 @@ func (c *call[Req, Resp]) attemptEnded(n int, delay time.Duration, err error, cl
 
 // endAttempt ends an attempt span with all its attributes in one call: its
 // number, the backoff it waited, and how it failed, if it did.
-func endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
-	attrs := make([]attribute.KeyValue, 0, 6)
-	attrs = append(attrs, telemetry.Attempt.Int(n))
+func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
+	attrs := append(c.attrs[:0], telemetry.Attempt.Int(n))
 	if delay > 0 {
 		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
 	}

@@ -249,7 +249,7 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 	}
 	c.attemptEnded(n, delay, err, cls)
 	if span != nil {
-		endAttempt(span, n, delay, cls, err)
+		c.endAttempt(span, n, delay, cls, err)
 	}
 	return resp, err
 }

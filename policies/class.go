@@ -3,6 +3,7 @@ package policies
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -63,27 +64,27 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
-	s := ""
-	if e.StatusCode != 0 {
-		s = strconv.Itoa(e.StatusCode)
-	}
-	if e.Code != "" {
-		s = join(s, " ", e.Code)
-	}
-	if e.Message != "" {
-		s = join(s, ": ", Redact(e.Message))
-	}
-	if s == "" {
+	if e.StatusCode == 0 && e.Code == "" && e.Message == "" {
 		return "api error"
 	}
-	return s
-}
-
-func join(a, sep, b string) string {
-	if a == "" {
-		return b
+	var b strings.Builder
+	b.Grow(len(e.Code) + len(e.Message) + 8)
+	if e.StatusCode != 0 {
+		b.WriteString(strconv.Itoa(e.StatusCode))
 	}
-	return a + sep + b
+	if e.Code != "" {
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(Redact(e.Code)) // a provider's code is its input, not ours: it may echo a key
+	}
+	if e.Message != "" {
+		if b.Len() > 0 {
+			b.WriteString(": ")
+		}
+		b.WriteString(Redact(e.Message))
+	}
+	return b.String()
 }
 
 // PanicError is a recovered panic: a Programming error that is never retried.

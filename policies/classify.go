@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,11 +76,10 @@ func runRule(r Rule, err error) (cl Classification, ok bool) {
 	return r(err)
 }
 
-// The words that decide when nothing structured does. transientPattern is
-// what an agent session retries on; permanentMarkers are what a runtime
-// never retries, matched against "<type>: <message>" in lower case.
+// The words that decide when nothing structured does: permanentMarkers are
+// what a runtime never retries (matchTransient has what a session retries),
+// matched in the error's type and text, ignoring ASCII case.
 var (
-	transientPattern = regexp.MustCompile(`(?i)overloaded|rate.?limit|\b429\b|\b5\d\d\b|service.?unavailable|connection.?(error|refused)|other side closed|fetch failed|reset before headers|terminated`)
 	permanentMarkers = []string{
 		"not a valid image", "invalid image", "image data is not", // a broken image in the request
 		"login expired", "login failed", "re-auth", "unauthorized", // the gateway's login lapsed
@@ -139,10 +137,18 @@ func classify(err error) Classification {
 		return Classification{Class: Programming, Type: "errors.ErrUnsupported", Reason: "unsupported"}
 	}
 
-	var api *APIError
-	hasAPI := errors.As(err, &api)
-	msg := err.Error()
-	lower := strings.ToLower(msg)
+	api, hasAPI := err.(*APIError)
+	if !hasAPI {
+		hasAPI = errors.As(err, &api)
+	}
+	// The text the words are read in: an API error's own message when it is
+	// the error itself (no layer's words around it), else the whole text.
+	var msg string
+	if e, direct := err.(*APIError); direct {
+		msg = e.Code + ": " + e.Message
+	} else {
+		msg = safeText(err)
+	}
 	typ := errorType(err)
 	with := func(class Class, reason string) Classification {
 		c := Classification{Class: class, Type: typ, Reason: reason}
@@ -157,7 +163,7 @@ func classify(err error) Classification {
 		return with(ContextOverflow, apiReason(api))
 	}
 	for _, p := range overflowPhrases {
-		if strings.Contains(lower, p) {
+		if containsFold(msg, p) {
 			return with(ContextOverflow, "message: "+p)
 		}
 	}
@@ -177,9 +183,8 @@ func classify(err error) Classification {
 			return with(Permanent, apiReason(api))
 		}
 	}
-	marked := strings.ToLower(typ) + ": " + lower
 	for _, m := range permanentMarkers {
-		if strings.Contains(marked, m) {
+		if containsFold(typ, m) || containsFold(msg, m) {
 			return with(Permanent, "marker: "+m)
 		}
 	}
@@ -199,8 +204,8 @@ func classify(err error) Classification {
 	if strings.TrimSpace(apiMessage(api, hasAPI, msg)) == "" {
 		return with(Transient, "empty message")
 	}
-	if m := transientPattern.FindString(msg); m != "" {
-		return with(Transient, "pattern: "+strings.ToLower(m))
+	if m := matchTransient(msg); m != "" {
+		return with(Transient, "pattern: "+m)
 	}
 	// 9. Certificates and the remaining client errors.
 	var (
@@ -221,6 +226,24 @@ func classify(err error) Classification {
 		return with(Permanent, apiReason(api))
 	}
 	return with(Unknown, "unknown")
+}
+
+// containsFold reports whether s contains sub, a lower-case ASCII phrase,
+// ignoring ASCII case, without allocating.
+func containsFold(s, sub string) bool {
+	if len(sub) == 0 {
+		return true
+	}
+	first := sub[0]
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i]|0x20 != first && s[i] != first {
+			continue
+		}
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // apiMessage is the text the empty-message rule looks at: the provider's

@@ -172,13 +172,30 @@ func brief(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
-	s := Redact(safeText(err))
+	var s string
+	switch err.(type) {
+	case *FailedError, *APIError:
+		s = err.Error() // redacted already, once, where it was worded
+	default:
+		s = Redact(safeText(err))
+	}
 	if strings.TrimSpace(s) == "" {
 		s = errorType(err) + " (empty message)"
 	}
-	s = strings.Join(strings.Fields(s), " ")
+	s = oneLine(s)
 	if len(s) > 400 {
 		s = s[:400] + "…"
+	}
+	return s
+}
+
+// oneLine collapses runs of white space in s to one space, allocating only
+// when there is something to collapse.
+func oneLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\n' || c == '\t' || c == '\r' || c == ' ' && (i == 0 || i+1 == len(s) || s[i+1] == ' ') {
+			return strings.Join(strings.Fields(s), " ")
+		}
 	}
 	return s
 }
