@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -179,7 +180,7 @@ func (s *Session) turn(ctx context.Context) (Message, error) {
 		return msg, err
 	}
 	s.popFailed()
-	compacted, cerr := s.cfg.Compactor(ctx, append([]Message(nil), s.history...)) // its own copy to shorten
+	compacted, cerr := compact(ctx, s.cfg.Compactor, append([]Message(nil), s.history...)) // its own copy to shorten
 	if cerr != nil {
 		return msg, fmt.Errorf("%w (compaction failed: %w)", err, cerr)
 	}
@@ -189,6 +190,18 @@ func (s *Session) turn(ctx context.Context) (Message, error) {
 	))
 	s.history = compacted
 	return s.run(ctx, struct{}{})
+}
+
+// compact runs the user's compactor. A compactor that panics is a bug in
+// it, not in the turn: the panic becomes a Programming error, so that Run
+// still restores the history and returns.
+func compact(ctx context.Context, c Compactor, history []Message) (out []Message, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			out, err = nil, &policies.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return c(ctx, history)
 }
 
 // attempt is one try of the turn, inside the session layer's retry.
