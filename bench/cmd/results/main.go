@@ -22,6 +22,7 @@ import (
 	"os"
 	"regexp"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -83,7 +84,8 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// sample is one benchmark's runs.
+// sample is one benchmark's runs. bytes and allocs hold only the runs that
+// reported them (-benchmem or b.ReportAllocs): none when no run did.
 type sample struct {
 	ns, bytes, allocs []float64
 }
@@ -127,8 +129,12 @@ func parse(path string) (*benchRun, error) {
 			r.procs = append(r.procs, m[2])
 		}
 		s.ns = append(s.ns, num(m[3]))
-		s.bytes = append(s.bytes, num(m[4]))
-		s.allocs = append(s.allocs, num(m[5]))
+		if m[4] != "" {
+			s.bytes = append(s.bytes, num(m[4]))
+		}
+		if m[5] != "" {
+			s.allocs = append(s.allocs, num(m[5]))
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -157,6 +163,15 @@ func dedupe(xs []string) []string {
 	return out
 }
 
+// memory formats the median of a sample's B/op or allocs/op, or "–" when
+// no run reported them.
+func memory(xs []float64) string {
+	if len(xs) == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", median(xs))
+}
+
 func median(xs []float64) float64 {
 	if len(xs) == 0 {
 		return 0
@@ -174,6 +189,12 @@ var (
 	microBenchmarks = []string{"BenchmarkCall", "BenchmarkCallParallel"}
 	microPaths      = []string{"success", "failure"}
 	variants        = []string{"bare", "failsafe", "failsafe-otel", "retrace-noop", "retrace-sdk", "retrace-unsampled"}
+
+	// twoLayers is the benchmark of two nested retry layers, and
+	// twoLayerVariants its sub-benchmarks in the order its table shows them
+	// (any other sub-benchmark of it the run holds follows, by name).
+	twoLayers        = "BenchmarkTwoLayers"
+	twoLayerVariants = []string{"failsafe", "failsafe-otel", "retrace-noop", "retrace-sdk"}
 )
 
 // The targets the page checks. They are goals set beforehand, not
@@ -181,8 +202,14 @@ var (
 const (
 	targetNoopRatio = 1.15 // retrace-noop's ns/op at most this × failsafe's, success path
 	targetSDKRatio  = 1.0  // retrace-sdk's ns/op at most this × failsafe-otel's
-	targetPeakCut   = 0.5  // the jitter cuts the storm's peak by at least this…
-	targetClients   = 100  // …with this many clients
+
+	// The ratios of medians (sec/op) checked by ratioTarget.
+	targetCallSDKRatio       = 1.10 // BenchmarkCall/success: retrace-sdk at most this × failsafe-otel
+	targetTwoLayersNoopRatio = 1.00 // BenchmarkTwoLayers: retrace-noop at most this × failsafe
+	targetTwoLayersSDKRatio  = 1.15 // BenchmarkTwoLayers: retrace-sdk at most this × failsafe-otel
+
+	targetPeakCut = 0.5 // the jitter cuts the storm's peak by at least this…
+	targetClients = 100 // …with this many clients
 )
 
 // The storms the page reports, by number of clients.
@@ -202,6 +229,9 @@ type page struct {
 	CPUs      int    // the generator's machine's
 	Targets   []targetRow
 	Micro     []microTable
+
+	TwoLayers     string     // the benchmark's name
+	TwoLayersRows []microRow // its variants; none when it was not in the run
 
 	Retry  retryFacts
 	Storm  bench.StormConfig // DefaultStorm's settings, as the prose describes them
@@ -269,6 +299,71 @@ func ratio(a, b float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", a/b)
+}
+
+// ratioText formats the ratio q with two decimals, or with as many more as
+// it takes not to print it equal to limit when it is not: a ratio shown as
+// the target itself always meets it.
+func ratioText(q, limit float64) string {
+	for prec := 2; ; prec++ {
+		s := strconv.FormatFloat(q, 'f', prec, 64)
+		if q == limit || prec == 9 || s != strconv.FormatFloat(limit, 'f', prec, 64) {
+			return s
+		}
+	}
+}
+
+// perOp is a sample's median ns/op, and its median allocs/op when the run
+// reported them: "36000 ns/op, 152 allocs/op".
+func perOp(s *sample) string {
+	out := fmt.Sprintf("%.0f ns/op", median(s.ns))
+	if len(s.allocs) > 0 {
+		out += fmt.Sprintf(", %.0f allocs/op", median(s.allocs))
+	}
+	return out
+}
+
+// ratioTarget checks the target that benchmark/a's median sec/op is at most
+// limit × benchmark/b's. A benchmark the run does not hold is named as such,
+// and the target is not measured.
+func (r *benchRun) ratioTarget(target, benchmark, a, b string, limit float64) targetRow {
+	sa, sb := r.samples[benchmark+"/"+a], r.samples[benchmark+"/"+b]
+	var missing []string
+	for _, v := range []struct {
+		name string
+		s    *sample
+	}{{a, sa}, {b, sb}} {
+		if v.s == nil {
+			missing = append(missing, "`"+benchmark+"/"+v.name+"`")
+		}
+	}
+	if !r.holdsBenchmark(benchmark) {
+		missing = []string{"`" + benchmark + "`"}
+	}
+	switch len(missing) {
+	case 1:
+		return targetRow{Target: target, Measured: missing[0] + " was not in this run", Holds: "not measured"}
+	case 2:
+		return targetRow{Target: target, Measured: missing[0] + " and " + missing[1] + " were not in this run", Holds: "not measured"}
+	}
+	measured := fmt.Sprintf("`%s` %s vs `%s` %s", a, perOp(sa), b, perOp(sb))
+	x, y := median(sa.ns), median(sb.ns)
+	if y == 0 {
+		return targetRow{Target: target, Measured: measured + ": no ratio", Holds: "not measured"}
+	}
+	q := x / y
+	return targetRow{Target: target, Measured: fmt.Sprintf("%s: **%s×**", measured, ratioText(q, limit)), Holds: holds(q <= limit)}
+}
+
+// holdsBenchmark reports whether the run holds any sub-benchmark of
+// benchmark.
+func (r *benchRun) holdsBenchmark(benchmark string) bool {
+	for name := range r.samples {
+		if strings.HasPrefix(name, benchmark+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func holds(ok bool) string {
@@ -348,8 +443,13 @@ func build(c config, now time.Time, br *benchRun, stat string, storms map[int]ma
 	}
 	p.Targets = []targetRow{
 		compare(fmt.Sprintf("`retrace-noop` within %g× of `failsafe` ns/op, success path", targetNoopRatio), "retrace-noop", "failsafe", "success", targetNoopRatio),
-		compare("`retrace-sdk` no slower than `failsafe-otel`, success path", "retrace-sdk", "failsafe-otel", "success", targetSDKRatio),
-		compare("(the same on the failure path)", "retrace-sdk", "failsafe-otel", "failure", targetSDKRatio),
+		compare("`retrace-sdk` no slower than `failsafe-otel`, failure path", "retrace-sdk", "failsafe-otel", "failure", targetSDKRatio),
+		br.ratioTarget(fmt.Sprintf("one successful call (`BenchmarkCall/success`): `retrace-sdk` at most %.2f× `failsafe-otel`, sec/op", targetCallSDKRatio),
+			"BenchmarkCall/success", "retrace-sdk", "failsafe-otel", targetCallSDKRatio),
+		br.ratioTarget(fmt.Sprintf("two layers (`%s`): `retrace-noop` at most %.2f× `failsafe`, sec/op", twoLayers, targetTwoLayersNoopRatio),
+			twoLayers, "retrace-noop", "failsafe", targetTwoLayersNoopRatio),
+		br.ratioTarget(fmt.Sprintf("two layers (`%s`): `retrace-sdk` at most %.2f× `failsafe-otel`, sec/op", twoLayers, targetTwoLayersSDKRatio),
+			twoLayers, "retrace-sdk", "failsafe-otel", targetTwoLayersSDKRatio),
 	}
 	peakNo, peakJ := storms[targetClients][bench.NoJitter].Peak, storms[targetClients][bench.Jitter].Peak
 	cut := 1 - float64(peakJ)/float64(peakNo)
@@ -368,15 +468,21 @@ func build(c config, now time.Time, br *benchRun, stat string, storms map[int]ma
 				if s == nil {
 					continue
 				}
-				t.Rows = append(t.Rows, microRow{
-					Variant: v, NsOp: fmt.Sprintf("%.0f", median(s.ns)), Ratio: ratio(median(s.ns), base),
-					BOp: fmt.Sprintf("%.0f", median(s.bytes)), Alloc: fmt.Sprintf("%.0f", median(s.allocs)),
-				})
+				t.Rows = append(t.Rows, row(v, s, base))
 			}
 			if len(t.Rows) > 0 {
 				p.Micro = append(p.Micro, t)
 			}
 		}
+	}
+
+	p.TwoLayers = twoLayers
+	base := 0.0
+	if s := br.samples[twoLayers+"/failsafe"]; s != nil {
+		base = median(s.ns)
+	}
+	for _, v := range subBenchmarks(br, twoLayers, twoLayerVariants) {
+		p.TwoLayersRows = append(p.TwoLayersRows, row(v, br.samples[twoLayers+"/"+v], base))
 	}
 
 	tr := policies.ToolRetry
@@ -413,6 +519,34 @@ func build(c config, now time.Time, br *benchRun, stat string, storms map[int]ma
 		}
 	}
 	return p
+}
+
+// row is a variant's line in a benchmark's table: its medians, and its
+// ns/op over base, failsafe's.
+func row(v string, s *sample, base float64) microRow {
+	return microRow{
+		Variant: v, NsOp: fmt.Sprintf("%.0f", median(s.ns)), Ratio: ratio(median(s.ns), base),
+		BOp: memory(s.bytes), Alloc: memory(s.allocs),
+	}
+}
+
+// subBenchmarks is the sub-benchmarks of benchmark that the run holds: those
+// of known in that order, then any other by name.
+func subBenchmarks(br *benchRun, benchmark string, known []string) []string {
+	var out, other []string
+	for _, v := range known {
+		if br.samples[benchmark+"/"+v] != nil {
+			out = append(out, v)
+		}
+	}
+	for name := range br.samples {
+		v, ok := strings.CutPrefix(name, benchmark+"/")
+		if ok && !slices.Contains(known, v) {
+			other = append(other, v)
+		}
+	}
+	sort.Strings(other)
+	return append(out, other...)
 }
 
 // window is the storm's window width: "100 ms".

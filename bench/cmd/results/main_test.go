@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	goruntime "runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -92,14 +94,117 @@ var wantTables = map[string][]string{
 		"| retrace-noop | 3420 | 0.95 | 480 | 5 |",
 		"| retrace-sdk | 11700 | 3.25 | 3857 | 14 |",
 	},
+	"BenchmarkTwoLayers": {
+		"| failsafe | 36000 | 1.00 | 9480 | 152 |",
+		"| failsafe-otel | 80000 | 2.22 | 38600 | 406 |",
+		"| retrace-noop | 12000 | 0.33 | 6596 | 43 |",
+		"| retrace-sdk | 96000 | 2.67 | 34976 | 211 |",
+	},
 }
 
 // wantTargets are the fixture's target rows; the thresholds are the goals
 // main.go declares.
 var wantTargets = []string{
 	"| `retrace-noop` within 1.15× of `failsafe` ns/op, success path | 700 ns vs 1000 ns: **0.70×** | yes |",
-	"| `retrace-sdk` no slower than `failsafe-otel`, success path | 4400 ns vs 4000 ns: **1.10×** | **no** |",
-	"| (the same on the failure path) | 15200 ns vs 16000 ns: **0.95×** | yes |",
+	"| `retrace-sdk` no slower than `failsafe-otel`, failure path | 15200 ns vs 16000 ns: **0.95×** | yes |",
+}
+
+// runMedian is a benchmark's medians in a go test -bench output.
+type runMedian struct {
+	ns, allocs float64
+	hasAllocs  bool
+}
+
+// runMedians works out the medians of a go test -bench output by name,
+// without its "-N" suffix, independently of the generator's parser.
+func runMedians(t *testing.T, out string) map[string]runMedian {
+	t.Helper()
+	ns, allocs := map[string][]float64{}, map[string][]float64{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := regexp.MustCompile(`-\d+$`).ReplaceAllString(f[0], "")
+		for i := 1; i < len(f); i++ {
+			v, err := strconv.ParseFloat(f[i-1], 64)
+			switch f[i] {
+			case "ns/op":
+				require.NoError(t, err, l)
+				ns[name] = append(ns[name], v)
+			case "allocs/op":
+				require.NoError(t, err, l)
+				allocs[name] = append(allocs[name], v)
+			}
+		}
+	}
+	mid := func(xs []float64) float64 {
+		sort.Float64s(xs)
+		if len(xs)%2 == 1 {
+			return xs[len(xs)/2]
+		}
+		return (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
+	}
+	m := map[string]runMedian{}
+	for name, xs := range ns {
+		r := runMedian{ns: mid(xs)}
+		if a := allocs[name]; len(a) > 0 {
+			r.allocs, r.hasAllocs = mid(a), true
+		}
+		m[name] = r
+	}
+	return m
+}
+
+// A ratio target: benchmark/a's median sec/op at most limit × benchmark/b's,
+// as main.go declares it.
+type ratioGoal struct {
+	target, benchmark, a, b string
+	limit                   float64
+}
+
+var ratioGoals = []ratioGoal{
+	{fmt.Sprintf("one successful call (`BenchmarkCall/success`): `retrace-sdk` at most %.2f× `failsafe-otel`, sec/op", targetCallSDKRatio),
+		"BenchmarkCall/success", "retrace-sdk", "failsafe-otel", targetCallSDKRatio},
+	{fmt.Sprintf("two layers (`BenchmarkTwoLayers`): `retrace-noop` at most %.2f× `failsafe`, sec/op", targetTwoLayersNoopRatio),
+		"BenchmarkTwoLayers", "retrace-noop", "failsafe", targetTwoLayersNoopRatio},
+	{fmt.Sprintf("two layers (`BenchmarkTwoLayers`): `retrace-sdk` at most %.2f× `failsafe-otel`, sec/op", targetTwoLayersSDKRatio),
+		"BenchmarkTwoLayers", "retrace-sdk", "failsafe-otel", targetTwoLayersSDKRatio},
+}
+
+// wantRatioTarget is g's row for the bench output out, computed from its
+// medians: the ratio, and the verdict that follows from it. It shows the
+// ratio with two decimals, so it fails on a ratio that two decimals would
+// show equal to the target without being it (TestTargetVerdicts has those).
+func wantRatioTarget(t *testing.T, out string, g ratioGoal) (row, verdict string) {
+	t.Helper()
+	m := runMedians(t, out)
+	x, okA := m[g.benchmark+"/"+g.a]
+	y, okB := m[g.benchmark+"/"+g.b]
+	require.True(t, okA && okB, "%s/%s or %s not in the output", g.benchmark, g.a, g.b)
+	q := x.ns / y.ns
+	shown := fmt.Sprintf("%.2f", q)
+	require.True(t, q == g.limit || shown != fmt.Sprintf("%.2f", g.limit), "%s rounds to the target %g", shown, g.limit)
+	verdict = "**no**"
+	if q <= g.limit {
+		verdict = "yes"
+	}
+	side := func(v string, r runMedian) string {
+		s := fmt.Sprintf("`%s` %.0f ns/op", v, r.ns)
+		if r.hasAllocs {
+			s += fmt.Sprintf(", %.0f allocs/op", r.allocs)
+		}
+		return s
+	}
+	return fmt.Sprintf("| %s | %s vs %s: **%s×** | %s |", g.target, side(g.a, x), side(g.b, y), shown, verdict), verdict
+}
+
+// fixture is testdata/bench.txt.
+func fixture(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "bench.txt"))
+	require.NoError(t, err)
+	return string(data)
 }
 
 // section returns the part of page from the line starting with heading to
@@ -133,6 +238,14 @@ func TestPageTables(t *testing.T) {
 	for _, row := range wantTargets {
 		assert.Contains(t, page, row+"\n")
 	}
+	// The ratio targets, computed here from the fixture's medians; the
+	// fixture meets the first two (the call's ratio is the target itself)
+	// and misses the third.
+	for i, g := range ratioGoals {
+		row, verdict := wantRatioTarget(t, fixture(t), g)
+		assert.Contains(t, page, row+"\n")
+		assert.Equal(t, []string{"yes", "yes", "**no**"}[i], verdict, g.target)
+	}
 	assert.Contains(t, page, "medians of 3 runs")
 	assert.Contains(t, page, "- GOMAXPROCS 2\n", "from the names' -2 suffix")
 	assert.Contains(t, page, "- cpu: Fixture CPU @ 1.00GHz\n")
@@ -160,6 +273,10 @@ func TestPageFiguresComeFromTheRun(t *testing.T) {
 		numbers(allowed, rows...)
 	}
 	numbers(allowed, wantTargets...)
+	for _, g := range ratioGoals {
+		row, _ := wantRatioTarget(t, fixture(t), g)
+		numbers(allowed, row, fmt.Sprintf("%.2f", g.limit))
+	}
 	numbers(allowed, generatedAt.Format("2006-01-02 15:04"), c.command(), goruntime.Version(), strconv.Itoa(goruntime.NumCPU()))
 
 	// The storm's and amplification's results and settings, from the bench
@@ -257,13 +374,84 @@ func TestPageWithoutSomeBenchmarks(t *testing.T) {
 		"BenchmarkCallParallel/success/failsafe-4   1000   800 ns/op   736 B/op   21 allocs/op\n" +
 		"BenchmarkCallParallel/success/retrace-noop-4   1000   560 ns/op   480 B/op   5 allocs/op\n"
 	page, _ := generate(t, "", out)
-	assert.Equal(t, 3, strings.Count(page, "| not in this run | not measured |"), "the three micro-benchmark targets")
+	assert.Equal(t, 2, strings.Count(page, "| not in this run | not measured |"), "the two single-call micro-benchmark targets")
 	assert.NotContains(t, page, "**BenchmarkCall / ")
 	assert.Contains(t, page, "**BenchmarkCallParallel / success** (medians)")
 	assert.NotContains(t, page, "**BenchmarkCallParallel / failure**")
 	assert.Contains(t, page, "| retrace-noop | 560 | 0.70 | 480 | 5 |")
 	assert.Contains(t, page, "- GOMAXPROCS 4\n")
 	assert.Contains(t, page, "medians of 1 runs")
+
+	// Neither BenchmarkCall nor BenchmarkTwoLayers: their ratio targets and
+	// the two layers' table say they were not in the run.
+	assert.Equal(t, 1, strings.Count(page, "| `BenchmarkCall/success` was not in this run | not measured |"))
+	assert.Equal(t, 2, strings.Count(page, "| `BenchmarkTwoLayers` was not in this run | not measured |"))
+	assert.Contains(t, section(page, "## Two nested retry layers"), "\n`BenchmarkTwoLayers` was not in this run.\n")
+	assert.NotContains(t, page, "**BenchmarkTwoLayers** (medians)")
+}
+
+// A run that holds some of BenchmarkTwoLayers, without -benchmem: the table
+// has what the run holds, with no memory figures; a target names the
+// sub-benchmarks it lacks.
+func TestPageWithSomeOfTwoLayers(t *testing.T) {
+	out := "goos: linux\n" +
+		"BenchmarkTwoLayers/failsafe-4   1000   36000 ns/op\n" +
+		"BenchmarkTwoLayers/retrace-noop-4   1000   12000 ns/op\n"
+	page, _ := generate(t, "", out)
+	two := section(page, "## Two nested retry layers")
+	assert.Contains(t, two, "| failsafe | 36000 | 1.00 | – | – |\n| retrace-noop | 12000 | 0.33 | – | – |\n")
+	assert.NotContains(t, two, "was not in this run")
+	row, verdict := wantRatioTarget(t, out, ratioGoals[1])
+	assert.Contains(t, page, row+"\n", "no allocs/op when the run did not report them")
+	assert.Equal(t, "yes", verdict)
+	assert.Contains(t, page, "| `BenchmarkTwoLayers/retrace-sdk` and `BenchmarkTwoLayers/failsafe-otel` were not in this run | not measured |\n")
+}
+
+// The verdict follows the ratio of the medians, the boundary included; a
+// ratio that two decimals would show as the target while missing (or
+// meeting) it by less is shown with the decimals that tell them apart.
+func TestTargetVerdicts(t *testing.T) {
+	tests := []struct {
+		goal         ratioGoal
+		a, b         float64 // the runs' ns/op: a's runs, then b's, one each
+		shown, holds string
+	}{
+		{ratioGoals[0], 4400, 4000, "1.10", "yes"},
+		{ratioGoals[0], 4480, 4000, "1.12", "**no**"},
+		{ratioGoals[0], 4360, 4000, "1.09", "yes"},
+		{ratioGoals[1], 10000, 10000, "1.00", "yes"},
+		{ratioGoals[1], 10040, 10000, "1.004", "**no**"},
+		{ratioGoals[1], 9990, 10000, "0.999", "yes"},
+		{ratioGoals[1], 12000, 10000, "1.20", "**no**"},
+		{ratioGoals[2], 11500, 10000, "1.15", "yes"},
+		{ratioGoals[2], 11490, 10000, "1.149", "yes"},
+		{ratioGoals[2], 11510, 10000, "1.151", "**no**"},
+		{ratioGoals[2], 9000, 10000, "0.90", "yes"},
+	}
+	for _, tt := range tests {
+		name := fmt.Sprintf("%s/%s=%g/%s=%g", tt.goal.benchmark, tt.goal.a, tt.a, tt.goal.b, tt.b)
+		t.Run(name, func(t *testing.T) {
+			bench, a, b := tt.goal.benchmark, tt.goal.a, tt.goal.b
+			out := fmt.Sprintf("%s/%s-2\t1000\t%g ns/op\t100 B/op\t7 allocs/op\n%s/%s-2\t1000\t%g ns/op\t200 B/op\t9 allocs/op\n",
+				bench, a, tt.a, bench, b, tt.b)
+			page, _ := generate(t, "", out)
+
+			// The verdict is the one the numbers give.
+			q := tt.a / tt.b
+			want := "**no**"
+			if q <= tt.goal.limit {
+				want = "yes"
+			}
+			require.Equal(t, want, tt.holds, "the case's verdict")
+			// The ratio shown is q, rounded.
+			shown, err := strconv.ParseFloat(tt.shown, 64)
+			require.NoError(t, err)
+			assert.InDelta(t, q, shown, 0.5*math.Pow(10, -float64(len(tt.shown)-strings.Index(tt.shown, ".")-1)))
+
+			row := fmt.Sprintf("| %s | `%s` %g ns/op, 7 allocs/op vs `%s` %g ns/op, 9 allocs/op: **%s×** | %s |\n", tt.goal.target, a, tt.a, b, tt.b, tt.shown, tt.holds)
+			assert.Contains(t, page, row)
+		})
+	}
 }
 
 func TestNoBenchmarks(t *testing.T) {
