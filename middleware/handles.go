@@ -19,7 +19,7 @@ import (
 // judge classifies errors and words failures for a layer.
 type judge interface {
 	Judge(ctx context.Context, fallback *policies.Classifier, err error) (policies.Classification, engine.Failure)
-	Fail(layer string, rep engine.Report, cls policies.Classification) error
+	Fail(ctx context.Context, layer string, rep engine.Report, cls policies.Classification) error
 }
 
 type retryPolicy interface {

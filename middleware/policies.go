@@ -281,14 +281,14 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 		rep := *c.report
 		outcome, attempts, cls = policies.Outcome(rep.Outcome), rep.Attempts, c.lastCls
 		if rep.Err != nil || rep.Cause != nil {
-			err = l.judge.Fail(l.name, rep, cls)
+			err = l.judge.Fail(ctx, l.name, rep, cls)
 			cls = policies.Classify(err) // the failure's own: canceled when the caller ended it
 		}
 	case err != nil:
 		cls = c.classify(ctx, err)
 		outcome = l.outcome(ctx, c, err, cls)
 		if l.retrying() || c.budgetOut {
-			err = l.judge.Fail(l.name, engine.Report{Attempts: c.attempts, Outcome: string(outcome), Err: err,
+			err = l.judge.Fail(ctx, l.name, engine.Report{Attempts: c.attempts, Outcome: string(outcome), Err: err,
 				Failure: c.lastFail, Cause: causeIf(ctx, outcome)}, cls)
 			cls = policies.Classify(err)
 		}
@@ -364,8 +364,8 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 		}
 	}
 	if err != nil {
-		attrs = appendFailure(attrs, cls)
-		c.span.SetStatus(codes.Error, statusMessage(err))
+		attrs = appendFailure(c.fctx.Context, attrs, cls)
+		c.span.SetStatus(codes.Error, statusMessage(c.fctx.Context, err))
 	}
 	c.span.SetAttributes(attrs...)
 }
@@ -449,8 +449,8 @@ func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration
 		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
 	}
 	if err != nil {
-		attrs = appendFailure(attrs, cls)
-		span.SetStatus(codes.Error, statusMessage(err))
+		attrs = appendFailure(c.fctx.Context, attrs, cls)
+		span.SetStatus(codes.Error, statusMessage(c.fctx.Context, err))
 	}
 	span.SetAttributes(attrs...)
 	span.End()

@@ -1,12 +1,14 @@
 package middleware
 
 import (
+	"context"
 	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -14,8 +16,18 @@ import (
 // appendFailure appends a failure's attributes: retrace.error.class,
 // error.type, retrace.error.reason and, if the server or a breaker gave
 // one, its Retry-After hint.
-func appendFailure(attrs []attribute.KeyValue, c policies.Classification) []attribute.KeyValue {
+func appendFailure(ctx context.Context, attrs []attribute.KeyValue, c policies.Classification) []attribute.KeyValue {
 	t := c.Type
+	if known := engine.SecretsFrom(ctx); len(known) > 0 {
+		// A type or reason is worded from the error's own fields, which may
+		// echo a configured credential: then it is not written at all.
+		if engine.RedactKnown(t, known) != t {
+			t = ""
+		}
+		if engine.RedactKnown(c.Reason, known) != c.Reason {
+			c.Reason = "redacted"
+		}
+	}
 	if t == "" {
 		t = "_OTHER"
 	}
@@ -29,10 +41,11 @@ func appendFailure(attrs []attribute.KeyValue, c policies.Classification) []attr
 	return attrs
 }
 
-// statusMessage is err's text for a span status: redacted, at most 1 KiB. A
+// statusMessage is err's text for a span status: redacted (ctx's known
+// secrets by exact value, secret patterns besides), at most 1 KiB. A
 // *policies.FailedError's diagnosis is redacted already, once, when it is
 // worded: it is not redacted again by every layer it crosses.
-func statusMessage(err error) string {
+func statusMessage(ctx context.Context, err error) string {
 	if err == nil {
 		return ""
 	}
@@ -40,7 +53,7 @@ func statusMessage(err error) string {
 	if fe, ok := err.(*policies.FailedError); ok {
 		s = fe.Error()
 	} else {
-		s = policies.Redact(errorText(err))
+		s = engine.RedactKnown(policies.Redact(errorText(err)), engine.SecretsFrom(ctx))
 	}
 	if len(s) > 1024 {
 		s = s[:1024] + "…"

@@ -58,8 +58,8 @@ func (c *call[Req, Resp]) endPolicySpan(ctx context.Context, span trace.Span, er
 		return
 	}
 	if err != nil {
-		span.SetAttributes(appendFailure(nil, c.classify(ctx, err))...)
-		span.SetStatus(codes.Error, statusMessage(err))
+		span.SetAttributes(appendFailure(ctx, nil, c.classify(ctx, err))...)
+		span.SetStatus(codes.Error, statusMessage(ctx, err))
 	}
 	span.End()
 }

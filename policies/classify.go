@@ -259,13 +259,38 @@ func apiMessage(api *APIError, hasAPI bool, msg string) string {
 }
 
 func apiReason(api *APIError) string {
+	code := safeCode(api.Code)
 	if api.StatusCode != 0 {
-		if api.Code != "" {
-			return "http " + strconv.Itoa(api.StatusCode) + " " + api.Code
+		if code != "" {
+			return "http " + strconv.Itoa(api.StatusCode) + " " + code
 		}
 		return "http " + strconv.Itoa(api.StatusCode)
 	}
-	return "code " + api.Code
+	if code == "" {
+		return "code _OTHER"
+	}
+	return "code " + code
+}
+
+// safeCode is a provider's error code as retrace writes it into error.type
+// and reasons, or "" when it cannot be written there. A code is the
+// provider's input, not retrace's: one that is not a short identifier, or
+// that holds something secret-shaped, would put high-cardinality or secret
+// text on every span.
+func safeCode(code string) string {
+	if code == "" || len(code) > 64 {
+		return ""
+	}
+	for i := 0; i < len(code); i++ {
+		c := code[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == ':') {
+			return ""
+		}
+	}
+	if Redact(code) != code {
+		return ""
+	}
+	return code
 }
 
 // transientNetwork recognises Go's network failures.
@@ -305,11 +330,14 @@ func transientNetwork(err error) (string, bool) {
 func errorType(err error) string {
 	var api *APIError
 	if errors.As(err, &api) {
-		if api.Code != "" {
-			return api.Code
+		if code := safeCode(api.Code); code != "" {
+			return code
 		}
 		if api.StatusCode != 0 {
 			return strconv.Itoa(api.StatusCode)
+		}
+		if api.Code != "" {
+			return "_OTHER"
 		}
 	}
 	for e := err; e != nil; {

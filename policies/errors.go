@@ -11,6 +11,8 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
+
+	"github.com/retrace-go/retrace/internal/engine"
 )
 
 // Outcome is how a call through a layer ended.
@@ -63,6 +65,7 @@ type FailedError struct {
 	Err      error         // the last attempt's error
 	retry    time.Duration // the last error's Retry-After hint
 	cause    error         // the context's cause, when the caller's context ended the call
+	known    []string      // the secrets of the layer's context, redacted by exact value
 	diag     atomic.Pointer[string]
 }
 
@@ -98,6 +101,9 @@ func (e *FailedError) Diagnosis() string {
 		return *d
 	}
 	d := e.diagnose()
+	if len(e.known) > 0 {
+		d = engine.RedactKnown(d, e.known) // the reason and type too: they are worded from the error's fields
+	}
 	e.diag.Store(&d)
 	return d
 }

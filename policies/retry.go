@@ -181,7 +181,7 @@ func (e *retryExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.Polic
 		if rep.Err == nil && rep.Cause == nil {
 			return a.last.WithDone(true, true)
 		}
-		return &common.PolicyResult[R]{Result: res, Error: e.Fail("", rep, a.cls), Done: true}
+		return &common.PolicyResult[R]{Result: res, Error: e.Fail(exec.Context(), "", rep, a.cls), Done: true}
 	}
 }
 
@@ -272,7 +272,7 @@ func (j judge) Judge(ctx context.Context, fallback *Classifier, err error) (Clas
 // why, or, when the layer made one attempt and stops on an inner layer's
 // *FailedError for the same reason, that error unchanged, so that a
 // failure reads once however many layers it crosses.
-func (judge) Fail(layer string, rep engine.Report, cls Classification) error {
+func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Classification) error {
 	if inner, ok := rep.Err.(*FailedError); ok && rep.Attempts == 1 && rep.Why == "" && rep.Cause == nil &&
 		string(inner.Outcome) == rep.Outcome {
 		return inner
@@ -284,6 +284,7 @@ func (judge) Fail(layer string, rep engine.Report, cls Classification) error {
 	fe := &FailedError{
 		Layer: layer, Outcome: Outcome(rep.Outcome), Attempts: rep.Attempts, Class: class, Type: cls.Type,
 		Reason: cls.Reason, Why: rep.Why, Err: rep.Err, retry: cls.RetryAfter, cause: rep.Cause,
+		known: engine.SecretsFrom(ctx),
 	}
 	if fe.Err == nil {
 		fe.Err = rep.Cause

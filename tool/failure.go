@@ -12,6 +12,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -47,9 +48,12 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 			cls.Class = fe.Class
 		}
 	}
-	f := &Failure{Class: string(cls.Class), Retryable: cls.Class.Retryable(), Message: message(err)}
+	f := &Failure{Class: string(cls.Class), Retryable: cls.Class.Retryable(), Message: message(ctx, err)}
 	after := cls.RetryAfter
 	what := cls.Type
+	if engine.RedactKnown(what, engine.SecretsFrom(ctx)) != what {
+		what = "an error whose code holds a secret" // the type is worded from the error's own code
+	}
 	name := t.name
 	switch {
 	case outcome == policies.OutcomeRejected && errors.Is(err, circuitbreaker.ErrOpen):
@@ -90,9 +94,10 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	return f
 }
 
-// message is the innermost error's text, redacted: what the downstream said,
-// without retrace's layer prefixes.
-func message(err error) string {
+// message is the innermost error's text, redacted (ctx's known secrets by
+// exact value, secret patterns besides): what the downstream said, without
+// retrace's layer prefixes.
+func message(ctx context.Context, err error) string {
 	for {
 		var fe *policies.FailedError
 		if !errors.As(err, &fe) || fe.Err == nil {
@@ -100,7 +105,7 @@ func message(err error) string {
 		}
 		err = fe.Err
 	}
-	s := strings.Join(strings.Fields(policies.Redact(err.Error())), " ")
+	s := strings.Join(strings.Fields(engine.RedactKnown(policies.Redact(text(err)), engine.SecretsFrom(ctx))), " ")
 	if s == "" {
 		return "(no message)"
 	}
@@ -108,6 +113,17 @@ func message(err error) string {
 		s = s[:500] + "…"
 	}
 	return s
+}
+
+// text is err.Error(), or a note that it panicked: a tool's nil *T error
+// whose Error method dereferences must not take the agent down.
+func text(err error) (s string) {
+	defer func() {
+		if v := recover(); v != nil {
+			s = fmt.Sprintf("%T whose Error method panicked", err)
+		}
+	}()
+	return err.Error()
 }
 
 func seconds(d time.Duration) int { return int(math.Ceil(d.Seconds())) }

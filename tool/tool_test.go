@@ -296,3 +296,26 @@ func TestToolKeepsItsClassifier(t *testing.T) {
 	assert.Equal(t, 1, calls, "without the rule it is Unknown: a tool does not retry it")
 	assert.Equal(t, "unknown", failureOf(t, res.Content).Class)
 }
+
+// A credential the task registered, and secret patterns, never reach what
+// the model reads or the spans, however the tool's own error words them.
+func TestToolFailureHoldsNoSecret(t *testing.T) {
+	rec, tp := recorder(t)
+	const token = "tok_4f9a8b7c6d5e4f3a2b1c" // the tool's credential, in no known shape
+	leaky := func(context.Context, query) (string, error) {
+		return "", &policies.APIError{StatusCode: 403, Code: token, Message: "token " + token + " rejected for https://bot:pa55w0rd@api.example.com/v1?api_key=sk-proj-abcdefghijklmnop"}
+	}
+	tl := tool.New("leaky", leaky, tool.Config{Options: []middleware.Option{tp}})
+	ctx := policies.WithSecrets(context.Background(), token)
+	res := tl.Invoke(ctx, `{"query":"x"}`)
+	for _, secret := range []string{token, "pa55w0rd", "sk-proj-abcdefghijklmnop"} {
+		assert.NotContains(t, res.Content, secret)
+		for _, s := range rec.Ended() {
+			assert.NotContains(t, s.Status().Description, secret)
+			for _, kv := range s.Attributes() {
+				assert.NotContains(t, kv.Value.String(), secret, "%s on %s", kv.Key, s.Name())
+			}
+		}
+	}
+	assert.Equal(t, "permanent", failureOf(t, res.Content).Class)
+}
