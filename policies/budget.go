@@ -54,4 +54,3 @@ func (b *TaskBudget) Remaining() int { return int(b.limit - b.used.Load()) }
 
 // Denied is the number of retries the budget has refused.
 func (b *TaskBudget) Denied() int { return int(b.deny.Load()) }
-
