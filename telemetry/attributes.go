@@ -74,4 +74,6 @@ const (
 	HTTPStatusCode = attribute.Key("http.response.status_code") // the response's status
 	URLFull        = attribute.Key("url.full")                  // the request URL, without secrets
 	ServerAddress  = attribute.Key("server.address")            // the host called
+
+	ServiceName = attribute.Key("service.name") // the resource's service, when the environment names none
 )

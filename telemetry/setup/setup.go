@@ -13,13 +13,15 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
+
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Option configures [Tracing] and [NewTracerProvider]. A nil Option is a no-op.
@@ -202,7 +204,7 @@ func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvide
 
 	var tpOpts []sdktrace.TracerProviderOption
 	name := first(c.getenv("OTEL_SERVICE_NAME"), c.serviceName, filepath.Base(os.Args[0]))
-	tpOpts = append(tpOpts, sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", name))))
+	tpOpts = append(tpOpts, sdktrace.WithResource(resource.NewSchemaless(telemetry.ServiceName.String(name))))
 	if c.sampler != nil {
 		tpOpts = append(tpOpts, sdktrace.WithSampler(c.sampler))
 	}
