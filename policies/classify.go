@@ -41,14 +41,22 @@ func Classify(err error) Classification { return (*Classifier)(nil).Classify(err
 
 // Classify classifies err: the first matching user rule wins, then the first
 // matching default rule. A nil error has no class.
-func (c *Classifier) Classify(err error) Classification {
+func (c *Classifier) Classify(err error) (cl Classification) {
 	if err == nil {
 		return Classification{}
 	}
-	if fe, ok := err.(*FailedError); ok && fe.Class != "" {
-		// An inner layer's failure carries its classification: the layers it
-		// crosses read it instead of working it out again, user rules
-		// included, so that one failure has one class on every span.
+	defer func() {
+		// An error whose own methods panic (a nil *T whose Error or Unwrap
+		// dereferences) is a bug where it was made, not in the layer that
+		// classifies it: it must not take the layer, and its permits, down.
+		if v := recover(); v != nil {
+			cl = Classification{Class: Programming, Type: "error_panicked", Reason: fmt.Sprintf("the error's methods panicked: %v", v)}
+		}
+	}()
+	if fe := failedIn(err); fe != nil {
+		// A layer's failure carries its classification: the layers and
+		// callers it reaches read it instead of working it out again, user
+		// rules included, so that one failure has one class on every span.
 		return Classification{Class: fe.Class, Type: fe.Type, Reason: fe.Reason, RetryAfter: fe.retry}
 	}
 	if c != nil {
@@ -62,6 +70,35 @@ func (c *Classifier) Classify(err error) Classification {
 		}
 	}
 	return classify(err)
+}
+
+// failedIn returns the *FailedError that decides err's class: err itself,
+// or the first in its chain when nothing before it carries a class of its
+// own (an explicit *Error, a recovered panic). It looks no further than a
+// few wrappers deep: a layer's failure is near the top of what it returns.
+func failedIn(err error) *FailedError {
+	for depth := 0; err != nil && depth < 8; depth++ {
+		switch e := err.(type) {
+		case *FailedError:
+			if e.Class != "" {
+				return e
+			}
+			return nil
+		case *Error, *PanicError:
+			return nil
+		case interface{ Unwrap() []error }:
+			if errs := e.Unwrap(); len(errs) > 0 {
+				err = errs[0]
+				continue
+			}
+			return nil
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+			continue
+		}
+		return nil
+	}
+	return nil
 }
 
 // runRule runs a user rule. A rule that panics is a bug in the rule, not in

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -70,4 +71,22 @@ func TestUnknownErrorIsNotPermanent(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, runtime.ReasonExhausted, ee.Reason)
 	assert.Equal(t, policies.Unknown, ee.Attempts[0].Class)
+}
+
+// A failure keeps the class its layer recorded, however it is wrapped: a
+// cancellation right after a failed attempt is canceled, not the attempt's
+// own explicit class beneath it.
+func TestWrappedFailureKeepsItsClass(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	rt := runtime.New(runtime.AgentFunc(func(context.Context, string) (session.Message, error) {
+		cancel()
+		return session.Message{}, &policies.Error{Class: policies.Transient, Type: "malformed_response", Err: errors.New("malformed response")}
+	}), runtime.Config{})
+	_, err := rt.Exec(ctx, "x")
+	require.ErrorIs(t, err, context.Canceled)
+	var ee *runtime.ExecError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, runtime.ReasonCanceled, ee.Reason)
+	assert.Equal(t, policies.Canceled, policies.Classify(err).Class)
+	assert.Equal(t, policies.Canceled, policies.Classify(fmt.Errorf("w: %w", err)).Class)
 }

@@ -51,9 +51,10 @@ type Compactor func(ctx context.Context, history []Message) ([]Message, error)
 // ErrCannotCompact is DropOldest's answer to a history with nothing left to drop.
 var ErrCannotCompact = errors.New("session: cannot compact: nothing but the system prompt and the last user message is left")
 
-// DropOldest drops the oldest half of the turns, keeping the system prompt
-// and everything from the last user message on. It never splits a tool call
-// from its results.
+// DropOldest drops the oldest half of the history's messages, rounded up
+// to a whole turn (a turn is a user message and everything after it up to the
+// next), keeping the system prompt and everything from the last user message
+// on. It never keeps an answer or a tool result whose question it dropped.
 func DropOldest(_ context.Context, history []Message) ([]Message, error) {
 	lastUser := -1
 	for i, m := range history {
@@ -74,8 +75,10 @@ func DropOldest(_ context.Context, history []Message) ([]Message, error) {
 		return nil, ErrCannotCompact
 	}
 	cut := (len(middle) + 1) / 2
-	for cut < len(middle) && middle[cut].Role == ToolRole {
-		cut++ // a tool result stays with the call that asked for it
+	for cut < len(middle) && middle[cut].Role != User {
+		// A turn starts at its user message: the answers and tool results
+		// after it stay with it, or go with it, never without it.
+		cut++
 	}
 	out := append(append([]Message(nil), system...), middle[cut:]...)
 	if lastUser >= 0 {
@@ -181,6 +184,11 @@ func (s *Session) turn(ctx context.Context) (Message, error) {
 	}
 	s.popFailed()
 	compacted, cerr := compact(ctx, s.cfg.Compactor, append([]Message(nil), s.history...)) // its own copy to shorten
+	if _, bug := cerr.(*policies.PanicError); bug {
+		// The compactor's bug decides what the turn's failure is: first in
+		// the chain, it is what the classifier reads.
+		return msg, fmt.Errorf("compaction failed: %w (the turn had overflowed: %w)", cerr, err)
+	}
 	if cerr != nil {
 		return msg, fmt.Errorf("%w (compaction failed: %w)", err, cerr)
 	}

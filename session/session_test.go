@@ -319,8 +319,11 @@ func TestDropOldest(t *testing.T) {
 	result := session.Message{Role: session.ToolRole, ToolCallID: "1", Content: "r"}
 	out, err := session.DropOldest(context.Background(), []session.Message{sys, u("1"), call, result, a("2"), u("3")})
 	require.NoError(t, err)
-	// Half of [u1, call, result, a2] is 2; the tool result stays with its call, so 3 go.
-	assert.Equal(t, []session.Message{sys, a("2"), u("3")}, out)
+	// Half of [u1, call, result, a2] is 2, rounded up to the whole turn u1 began.
+	assert.Equal(t, []session.Message{sys, u("3")}, out)
+	out, err = session.DropOldest(context.Background(), []session.Message{u("1"), a("1"), u("2"), a("2"), u("3"), a("3"), u("4")})
+	require.NoError(t, err)
+	assert.Equal(t, []session.Message{u("3"), a("3"), u("4")}, out, "no answer is kept without its question")
 	_, err = session.DropOldest(context.Background(), []session.Message{sys, u("only")})
 	assert.True(t, errors.Is(err, session.ErrCannotCompact))
 }
