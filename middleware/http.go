@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/failsafe-go/failsafe-go"
 	"go.opentelemetry.io/otel"
@@ -126,9 +127,12 @@ func (t *transport) attempt(ctx context.Context, req *http.Request) (*http.Respo
 }
 
 // APIErrorFrom reads an error answer: its status, Retry-After, and an
-// OpenAI- or Anthropic-style body ({"error": {"type", "code", "message"}}).
-// It reads at most 64 KiB of the body and puts what it read back, so the
-// response can still be read in full.
+// OpenAI- or Anthropic-style body ({"error": {"type", "code", "message"}},
+// or {"error": "message"}). It reads at most 64 KiB of the body and puts
+// what it read back, so the response can still be read in full. The message
+// is cut to at most 1 KiB, at a character boundary, the cut marked with "…":
+// it is the provider's text, of any length, and it goes into errors, spans
+// and the history sent with later requests.
 func APIErrorFrom(resp *http.Response) *policies.APIError {
 	e := &policies.APIError{StatusCode: resp.StatusCode, RetryAfter: engine.ParseRetryAfter(resp.Header, time.Now())}
 	if resp.Body == nil {
@@ -158,15 +162,32 @@ func APIErrorFrom(resp *http.Response) *policies.APIError {
 		// {"error": "text"}
 		var text string
 		if json.Unmarshal(body.Error, &text) == nil {
-			e.Message = text
+			e.Message = cutMessage(text)
 		}
 		return e
 	}
-	e.Message = detail.Message
+	e.Message = cutMessage(detail.Message)
 	if code, ok := detail.Code.(string); ok && code != "" {
 		e.Code = code
 	} else {
 		e.Code = strings.TrimSpace(detail.Type)
 	}
 	return e
+}
+
+// maxMessage is the longest message APIErrorFrom keeps, in bytes.
+const maxMessage = 1 << 10
+
+// cutMessage cuts msg to at most maxMessage bytes at a character boundary,
+// marking the cut with "…".
+func cutMessage(msg string) string {
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	const mark = "…"
+	cut := maxMessage - len(mark)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + mark
 }

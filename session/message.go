@@ -112,10 +112,15 @@ func (e *TurnError) Error() string {
 func (e *TurnError) Unwrap() error { return e.Err }
 
 // ErrorText formats err as an agent turn records it: "<Type>: <message>",
-// just "<Type>" when the message is empty, with secrets redacted. A
-// provider's stream error keeps its own words, possibly none; retrace's own
-// layer errors are looked through to what the provider said.
+// just "<Type>" when the message is empty, with secrets redacted, cut to at
+// most [MaxErrorText] bytes (the cut marked with "…"). A provider's stream
+// error keeps its own words, possibly none; retrace's own layer errors are
+// looked through to what the provider said.
 func ErrorText(err error) string {
+	return truncate(errorText(err), MaxErrorText)
+}
+
+func errorText(err error) string {
 	err = underlying(err)
 	var te *TurnError
 	if errors.As(err, &te) {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +10,6 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -17,7 +17,7 @@ import (
 	"github.com/openai/openai-go/v3/shared"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -35,6 +35,10 @@ type OpenAIConfig struct {
 	HTTPClient *http.Client
 	// Name is gen_ai.provider.name; empty → "openai".
 	Name string
+	// Limits bound what the provider reads of an answer: one event, a
+	// whole stream, an error body. The zero value is the defaults (1 MiB,
+	// 64 MiB, 64 KiB).
+	Limits Limits
 }
 
 // OpenAI is a streaming Provider for OpenAI-compatible chat completions.
@@ -46,7 +50,10 @@ type OpenAI struct {
 // NewOpenAI returns a provider built on github.com/openai/openai-go/v3, with
 // the SDK's own retries off unless cfg.SDKRetries says otherwise.
 func NewOpenAI(cfg OpenAIConfig) *OpenAI {
-	opts := []option.RequestOption{option.WithMaxRetries(max(cfg.SDKRetries, 0))}
+	opts := []option.RequestOption{
+		option.WithMaxRetries(max(cfg.SDKRetries, 0)),
+		option.WithMiddleware(cfg.Limits.orDefaults().middleware),
+	}
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
@@ -105,7 +112,7 @@ func (p *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return Message{}, p.streamError(ctx, err, started)
+		return Message{}, p.streamError(ctx, err, resp, started)
 	}
 	if finish == "" {
 		// A clean end before [DONE], or before any finish reason: the stream
@@ -129,21 +136,29 @@ func (p *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 }
 
 // streamError maps what the SDK reports to retrace's errors.
-func (p *OpenAI) streamError(ctx context.Context, err error, started bool) error {
-	var api *openai.Error
-	if errors.As(err, &api) {
-		e := &policies.APIError{StatusCode: api.StatusCode, Code: api.Code, Message: api.Message}
-		if e.Code == "" {
-			e.Code = api.Type
+func (p *OpenAI) streamError(ctx context.Context, err error, resp *http.Response, started bool) error {
+	if resp != nil && resp.StatusCode >= 400 {
+		if _, read := errors.AsType[*openai.Error](err); !read && ctx.Err() != nil {
+			return err // the caller's end, or the attempt timeout's, cut the reading of the body
 		}
-		if api.Response != nil {
-			e.RetryAfter = engine.ParseRetryAfter(api.Response.Header, time.Now())
-		}
-		return e
+		// An error answer is decoded from its body (the part the limits let
+		// the SDK read, which it puts back) by the function the HTTP layer
+		// decodes it with, not by the SDK, which fails on an "error" that is
+		// a string: so the answer is an *policies.APIError classified by its
+		// status, its code and its type, as it is in the HTTP layer's spans.
+		return middleware.APIErrorFrom(resp)
 	}
-	var se *ssestream.StreamError
-	if errors.As(err, &se) {
-		return &StreamError{Message: se.Message, Err: err} // the provider's own error event
+	if e, ok := errors.AsType[*policies.Error](err); ok {
+		return e // a limit passed, or an error event no rule knows
+	}
+	if e, ok := errors.AsType[*policies.APIError](err); ok {
+		return e // an error event named "error"
+	}
+	if se, ok := errors.AsType[*ssestream.StreamError](err); ok {
+		return eventError(se.Event.Data) // an event whose data holds an "error"
+	}
+	if errors.Is(err, bufio.ErrTooLong) {
+		return limitExceeded(LimitSDKLine, sdkLineLimit)
 	}
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError

@@ -1,6 +1,8 @@
 package faultserver
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -38,6 +40,24 @@ const (
 	// KindBadJSON answers 200 with Content-Type application/json and a body
 	// that is not JSON.
 	KindBadJSON
+	// KindRawError answers Fault.Status with Fault.Body as it is, with
+	// Content-Type application/json: an error body of any shape, such as
+	// {"error": "text"}.
+	KindRawError
+	// KindErrorEvent sends the status, the headers and the first
+	// Fault.Chunks chunks of the answer, then one error event, and ends the
+	// body: its data is Fault.Body when set, else an OpenAI error object made
+	// of Fault.Code, Fault.Type and Fault.Message; an "event:" line with
+	// Fault.Event comes first when Fault.Event is set.
+	KindErrorEvent
+	// KindHugeEvent sends the status and the headers, then one event of
+	// Fault.Size bytes in "data:" lines of Fault.LineBytes bytes each (one
+	// line when LineBytes is 0) with no blank line to end it, and ends the
+	// body. The event is generated as it is sent, never held in memory.
+	KindHugeEvent
+	// KindHugeError answers Fault.Status with an OpenAI error body of
+	// Fault.Size bytes whose message fills it, generated as it is sent.
+	KindHugeError
 )
 
 // String returns the kind's name.
@@ -57,6 +77,14 @@ func (k Kind) String() string {
 		return "malformed"
 	case KindBadJSON:
 		return "bad-json"
+	case KindRawError:
+		return "raw-error"
+	case KindErrorEvent:
+		return "error-event"
+	case KindHugeEvent:
+		return "huge-event"
+	case KindHugeError:
+		return "huge-error"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -76,17 +104,32 @@ type Fault struct {
 	// empty Arguments as "{}". A stream sends each call as a chunk with its
 	// ID, type and name, then its arguments in up to three pieces.
 	ToolCalls []ToolCall
-	// Status, Code, Type and Message make the error answer of KindError. An
-	// empty Code is sent as null; a zero Status is sent as 500.
+	// Status, Code, Type and Message make the error answer of KindError and
+	// KindHugeError, and the error event of KindErrorEvent. An empty Code is
+	// sent as null; a zero Status is sent as 500.
 	Status  int
 	Code    string
 	Type    string
 	Message string
+	// Body is the raw body of KindRawError and, when set, the raw data of
+	// KindErrorEvent's event.
+	Body string
+	// Event is the event name that KindErrorEvent sends before its data,
+	// such as "error"; empty sends no "event:" line.
+	Event string
+	// Size is the size in bytes of KindHugeEvent's event and of
+	// KindHugeError's body.
+	Size int64
+	// LineBytes is the size in bytes of each "data:" line of KindHugeEvent,
+	// its "data: " prefix and newline included; 0 sends the event as one
+	// line without a newline.
+	LineBytes int
 	// Header holds extra headers for the answer, such as Retry-After.
 	Header http.Header
-	// Chunks is how many chunks of the answer KindStreamReset and
-	// KindStreamEOF send before the stream is cut (at most as many as the
-	// answer has): the content chunks first, then the tool-call chunks.
+	// Chunks is how many chunks of the answer KindStreamReset,
+	// KindStreamEOF and KindErrorEvent send before the stream is cut or the
+	// error event is sent (at most as many as the answer has): the content
+	// chunks first, then the tool-call chunks.
 	Chunks int
 	// Delay is how long the server waits before answering, multiplied by
 	// the server's time scale. The wait ends when the request's context ends,
@@ -200,6 +243,56 @@ func Malformed() Fault { return Fault{Kind: KindMalformed} }
 // whether or not the request asked for a stream.
 func BadJSON() Fault { return Fault{Kind: KindBadJSON} }
 
+// RawError returns an error answer with the given status and body, sent as
+// it is with Content-Type application/json.
+func RawError(status int, body string) Fault {
+	return Fault{Kind: KindRawError, Status: status, Body: body}
+}
+
+// StringError returns an error answer whose error is a string, not an
+// object: {"error": text}, as some gateways send.
+func StringError(status int, text string) Fault {
+	b, _ := json.Marshal(map[string]string{"error": text})
+	return RawError(status, string(b))
+}
+
+// ErrorEvent returns a 200 event stream that sends afterChunks content
+// chunks, then an error event {"error": {"message", "type", "code"}}, and
+// ends: a provider failing in the middle of its answer. Add an event name
+// with [Fault.WithEvent] and replace the data with [Fault.WithBody]. A
+// request with stream=false gets the error answer with Fault.Status instead
+// (500 when it is zero).
+func ErrorEvent(afterChunks int, code, typ, message string) Fault {
+	return Fault{Kind: KindErrorEvent, Chunks: afterChunks, Code: code, Type: typ, Message: message}
+}
+
+// HugeEvent returns a 200 event stream whose one event is size bytes of
+// "data:" lines of lineBytes bytes each (0: one line without a newline) and
+// never ends with a blank line: a broken gateway, or an attack on the
+// client's memory.
+func HugeEvent(size int64, lineBytes int) Fault {
+	return Fault{Kind: KindHugeEvent, Size: size, LineBytes: lineBytes}
+}
+
+// HugeError returns an error answer with the given status whose OpenAI error
+// body is size bytes, most of them its message.
+func HugeError(status int, size int64) Fault {
+	return Fault{Kind: KindHugeError, Status: status, Code: "server_error", Type: "server_error", Size: size}
+}
+
+// WithEvent returns f with the event name its error event is sent with.
+func (f Fault) WithEvent(name string) Fault {
+	f.Event = name
+	return f
+}
+
+// WithBody returns f with the raw body of its error answer, or the raw data
+// of its error event.
+func (f Fault) WithBody(body string) Fault {
+	f.Body = body
+	return f
+}
+
 // WithDelay returns f waiting d before it answers.
 func (f Fault) WithDelay(d time.Duration) Fault {
 	f.Delay = d
@@ -230,11 +323,17 @@ func (f Fault) String() string {
 		if len(f.ToolCalls) > 0 {
 			s = "tool calls: " + f.toolNames()
 		}
-	case KindError:
+	case KindError, KindRawError:
 		s = strconv.Itoa(f.status())
 		if f.Code != "" {
 			s += " " + f.Code
 		}
+	case KindHugeError:
+		s = fmt.Sprintf("%d with a body of %d bytes", f.status(), f.Size)
+	case KindHugeEvent:
+		s = fmt.Sprintf("an event of %d bytes", f.Size)
+	case KindErrorEvent:
+		s = fmt.Sprintf("error event %s after %d chunks", cmp.Or(f.Code, f.Type), f.Chunks)
 	case KindStreamReset, KindStreamEOF:
 		s = fmt.Sprintf("%s after %d chunks", f.Kind, f.Chunks)
 	default:
@@ -259,7 +358,7 @@ func (f Fault) status() int {
 // answers reports whether the fault sends (part of) an answer.
 func (f Fault) answers() bool {
 	switch f.Kind {
-	case KindOK, KindStreamReset, KindStreamEOF, KindMalformed:
+	case KindOK, KindStreamReset, KindStreamEOF, KindMalformed, KindErrorEvent:
 		return true
 	}
 	return false

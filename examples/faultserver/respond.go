@@ -134,6 +134,27 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 	case KindBadJSON:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte("<html>gateway error</html>\n"))
+	case KindRawError:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(f.status())
+		_, _ = w.Write([]byte(f.Body))
+	case KindHugeError:
+		writeHugeError(r.Context(), w, f)
+	case KindHugeEvent:
+		st.begin()
+		st.hugeEvent(r.Context(), f.Size, f.LineBytes)
+	case KindErrorEvent:
+		if !req.Stream {
+			writeError(w, f.status(), f)
+			return
+		}
+		st.begin()
+		for i, d := range a.deltas() {
+			if i >= f.Chunks || st.delta(d) != nil {
+				break
+			}
+		}
+		_ = st.errorEvent(f)
 	case KindMalformed:
 		if !req.Stream {
 			w.Header().Set("Content-Type", "application/json")

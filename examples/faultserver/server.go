@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -22,6 +23,7 @@ type Server struct {
 	script  Script
 	scale   float64
 	log     []Request
+	written atomic.Int64 // body bytes the answers wrote
 	srv     *http.Server
 	ln      net.Listener
 	closed  bool
@@ -166,13 +168,37 @@ func (s *Server) Received() []Request {
 	return out
 }
 
-// Reset clears the count and the log of received requests; the next request
-// is request 0 again.
+// Written returns how many bytes of answer bodies the server wrote since it
+// started or was last Reset: the bytes its handlers handed to the
+// connections, which is what a client was sent, or could have read. A huge
+// answer stops being written when the client hangs up, so Written shows how
+// much of it a client read before it gave up (plus what the connection
+// buffers held).
+func (s *Server) Written() int64 { return s.written.Load() }
+
+// Reset clears the count and the log of received requests and the count of
+// bytes written; the next request is request 0 again.
 func (s *Server) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.log = nil
+	s.written.Store(0)
 }
+
+// countingWriter counts the body bytes written through it. Unwrap lets
+// http.ResponseController reach the connection's flusher and hijacker.
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w countingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	w.n.Add(int64(n))
+	return n, err
+}
+
+func (w countingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
@@ -183,6 +209,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.handles.Add(1)
 	s.mu.Unlock()
 	defer s.handles.Done()
+	w = countingWriter{ResponseWriter: w, n: &s.written}
 
 	if r.Method != http.MethodPost || (r.URL.Path != "/chat/completions" && r.URL.Path != "/v1/chat/completions") {
 		writeError(w, http.StatusNotFound, Fault{Type: "invalid_request_error",

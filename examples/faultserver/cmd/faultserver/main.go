@@ -19,7 +19,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8089", "listen address; the host must be 127.0.0.1, localhost or ::1")
-	name := flag.String("fault", "ok", "ok, 429, 429ms, 500, 502, 503, 529, reset, eof, invalid-api-key, context-overflow, insufficient-quota, invalid-image, slow, hang, malformed or bad-json")
+	name := flag.String("fault", "ok", "ok, 429, 429ms, 500, 502, 503, 529, reset, eof, invalid-api-key, context-overflow, insufficient-quota, invalid-image, string-401, error-event, huge-event, huge-error, slow, hang, malformed or bad-json")
 	failFirst := flag.Int("fail-first", 0, "the first N requests get the fault, the rest succeed; 0 means every request gets it")
 	retryAfter := flag.Duration("retry-after", 2*time.Second, "the retry delay that 429 and 429ms announce")
 	slow := flag.Duration("slow", 5*time.Second, "how long slow waits before answering")
@@ -82,6 +82,14 @@ func fault(name string, retryAfter, slow time.Duration) (faultserver.Fault, erro
 		return faultserver.InsufficientQuota(), nil
 	case "invalid-image":
 		return faultserver.InvalidImage(), nil
+	case "string-401":
+		return faultserver.StringError(401, "Invalid API key"), nil
+	case "error-event":
+		return faultserver.ErrorEvent(2, "", "server_error", "The server had an error while processing your request."), nil
+	case "huge-event":
+		return faultserver.HugeEvent(512<<20, 1<<10), nil
+	case "huge-error":
+		return faultserver.HugeError(500, 100<<20), nil
 	case "slow":
 		return faultserver.Slow(slow), nil
 	case "hang":
