@@ -6,8 +6,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
 )
@@ -39,4 +43,37 @@ func TestPanicsLeaveTheHistoryAsItWas(t *testing.T) {
 			assert.Equal(t, before, f.s.History(), "the history is as it was")
 		})
 	}
+}
+
+// The configured API key is redacted by its exact value, even in no known
+// shape: a 32-hex key echoed back in OpenAI's own wording reaches no span,
+// no error, and not the history.
+func TestConfiguredKeyNeverLeaks(t *testing.T) {
+	const key = "0f3c9a7e5b1d4f2a8c6e0b9d7a5f3e1c" // 32 hex digits, as some gateways issue them
+	srv := faultserver.New(faultserver.Always(faultserver.Status(401, "invalid_api_key", "invalid_request_error",
+		"Incorrect API key provided: "+key+". You can find your API key at https://platform.openai.com/account/api-keys.")))
+	require.NoError(t, srv.Start())
+	t.Cleanup(srv.Close)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	s, err := session.New(session.Config{
+		Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: srv.URL(), APIKey: key}),
+		Model:    "gpt-test",
+		Options:  []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clock.NewVirtual(epoch))},
+	})
+	require.NoError(t, err)
+	msg, err := s.Run(context.Background(), "hi")
+	require.Error(t, err)
+	assert.Equal(t, 1, srv.Requests())
+	assert.NotContains(t, err.Error(), key)
+	assert.NotContains(t, msg.ErrorMessage, key)
+	require.NotEmpty(t, rec.Ended())
+	for _, sp := range rec.Ended() {
+		assert.NotContains(t, sp.Status().Description, key, sp.Name())
+		for _, kv := range sp.Attributes() {
+			assert.NotContains(t, kv.Value.String(), key, "%s on %s", kv.Key, sp.Name())
+		}
+	}
+	assert.Contains(t, err.Error(), "Incorrect API key provided: [REDACTED]")
 }

@@ -84,6 +84,13 @@ type Provider interface {
 	Name() string
 }
 
+// SecretHolder is implemented by a Provider that holds credentials (its API
+// key): a session redacts them by exact value wherever retrace writes text
+// for its calls, spans, diagnoses and the history's error messages included.
+type SecretHolder interface {
+	Secrets() []string
+}
+
 // StreamError is a stream that broke after it began. A stream that ends
 // without a finish reason (the connection reset, or a clean end before
 // [DONE]) has an empty Message: a dropped stream, which the session

@@ -45,6 +45,7 @@ type OpenAIConfig struct {
 type OpenAI struct {
 	client openai.Client
 	name   string
+	key    string
 }
 
 // NewOpenAI returns a provider built on github.com/openai/openai-go/v3, with
@@ -67,11 +68,16 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 	if name == "" {
 		name = "openai"
 	}
-	return &OpenAI{client: openai.NewClient(opts...), name: name}
+	return &OpenAI{client: openai.NewClient(opts...), name: name, key: cfg.APIKey}
 }
 
 // Name implements Provider.
 func (p *OpenAI) Name() string { return p.name }
+
+// Secrets implements SecretHolder: the configured API key, which a session
+// redacts by exact value wherever retrace writes text (a provider may echo
+// it back: "Incorrect API key provided: …").
+func (p *OpenAI) Secrets() []string { return []string{p.key} }
 
 // Stream implements Provider: one streaming chat completion.
 func (p *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta)) (Message, error) {

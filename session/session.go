@@ -11,6 +11,7 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -94,6 +95,8 @@ type Session struct {
 	run   middleware.Handler[struct{}, Message] // the session layer around one turn
 	model middleware.Handler[Request, Message]  // the model layer around the provider
 
+	secrets []string // the provider's credentials, redacted by exact value
+
 	mu      sync.Mutex
 	history []Message
 }
@@ -114,6 +117,9 @@ func New(cfg Config) (*Session, error) {
 		cfg.Compactor = DropOldest
 	}
 	s := &Session{cfg: cfg}
+	if h, ok := cfg.Provider.(SecretHolder); ok {
+		s.secrets = h.Secrets()
+	}
 	modelOpts := append(append([]middleware.Option{}, cfg.Options...),
 		middleware.WithSpanName("chat "+cfg.Model),
 		middleware.WithSpanKind(trace.SpanKindClient),
@@ -153,7 +159,7 @@ func (s *Session) Run(ctx context.Context, prompt string) (Message, error) {
 	defer s.mu.Unlock()
 	saved := s.history[:len(s.history):len(s.history)] // appends cannot write into it
 	s.history = append(saved, Message{Role: User, Content: prompt})
-	msg, err := s.turn(ctx)
+	msg, err := s.turn(engine.WithSecrets(ctx, s.secrets...))
 	if err != nil {
 		s.history = saved
 	}
@@ -166,7 +172,7 @@ func (s *Session) Continue(ctx context.Context) (Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	saved := s.history[:len(s.history):len(s.history)]
-	msg, err := s.turn(ctx)
+	msg, err := s.turn(engine.WithSecrets(ctx, s.secrets...))
 	if err != nil {
 		s.history = saved
 	}
@@ -218,7 +224,7 @@ func (s *Session) attempt(ctx context.Context, _ struct{}) (Message, error) {
 	req := Request{Model: s.cfg.Model, Messages: s.request(), Tools: s.cfg.Tools}
 	msg, err := s.model(ctx, req)
 	if err != nil {
-		msg = Message{Role: Assistant, StopReason: StopError, ErrorMessage: ErrorText(err)}
+		msg = Message{Role: Assistant, StopReason: StopError, ErrorMessage: engine.RedactKnown(ErrorText(err), engine.SecretsFrom(ctx))}
 		s.history = append(s.history, msg)
 		return msg, &TurnError{Message: msg, Err: err}
 	}
