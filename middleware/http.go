@@ -13,12 +13,13 @@ import (
 
 	"github.com/failsafe-go/failsafe-go"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/attribute"
+
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Transport returns an http.RoundTripper that sends every request through a
@@ -105,9 +106,9 @@ func (t *transport) attempt(ctx context.Context, req *http.Request) (*http.Respo
 		u.RawQuery, u.User, u.Fragment = "", nil, ""
 		span.SetName("HTTP " + r.Method)
 		span.SetAttributes(
-			attribute.String("http.request.method", r.Method),
-			attribute.String("url.full", u.String()),
-			attribute.String("server.address", r.URL.Hostname()),
+			telemetry.HTTPMethod.String(r.Method),
+			telemetry.URLFull.String(u.String()),
+			telemetry.ServerAddress.String(r.URL.Hostname()),
 		)
 	}
 	resp, err := t.base.RoundTrip(r)
@@ -115,7 +116,7 @@ func (t *transport) attempt(ctx context.Context, req *http.Request) (*http.Respo
 		return nil, err
 	}
 	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+		span.SetAttributes(telemetry.HTTPStatusCode.Int(resp.StatusCode))
 	}
 	if resp.StatusCode < 400 {
 		return resp, nil
