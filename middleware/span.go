@@ -53,7 +53,7 @@ func statusMessage(ctx context.Context, err error) string {
 	if fe, ok := err.(*policies.FailedError); ok {
 		s = fe.Error()
 	} else {
-		s = engine.RedactKnown(policies.Redact(errorText(err)), engine.SecretsFrom(ctx))
+		s = policies.Redact(errorText(err), engine.SecretsFrom(ctx)...)
 	}
 	if len(s) > 1024 {
 		s = s[:1024] + "…"

@@ -67,6 +67,16 @@ func (e *APIError) Error() string {
 	if e.StatusCode == 0 && e.Code == "" && e.Message == "" {
 		return "api error"
 	}
+	// A provider's code and message are its input, not retrace's: either may
+	// echo a key.
+	return Redact(e.text())
+}
+
+// text is the error's text before redaction: "<status> <code>: <message>".
+func (e *APIError) text() string {
+	if e.StatusCode == 0 && e.Code == "" && e.Message == "" {
+		return "api error"
+	}
 	var b strings.Builder
 	b.Grow(len(e.Code) + len(e.Message) + 8)
 	if e.StatusCode != 0 {
@@ -76,13 +86,13 @@ func (e *APIError) Error() string {
 		if b.Len() > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(Redact(e.Code)) // a provider's code is its input, not ours: it may echo a key
+		b.WriteString(e.Code)
 	}
 	if e.Message != "" {
 		if b.Len() > 0 {
 			b.WriteString(": ")
 		}
-		b.WriteString(Redact(e.Message))
+		b.WriteString(e.Message)
 	}
 	return b.String()
 }

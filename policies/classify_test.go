@@ -211,7 +211,7 @@ func TestInnerDeadlineIsRetried(t *testing.T) {
 func TestRedactKnownShapes(t *testing.T) {
 	for in, want := range map[string]string{
 		"Incorrect API key provided: sk-proj-AbCdEf1234567890":   "Incorrect API key provided: sk-[REDACTED]",
-		"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig": "Authorization: [REDACTED] [REDACTED]",
+		"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig": "Authorization: Bearer [REDACTED]",
 		`{"api_key": "abcd1234efgh"}`:                            `{"api_key": "[REDACTED]"}`,
 		"https://x/search?q=go&token=s3cr3tvalue&page=2":         "https://x/search?q=go&token=[REDACTED]&page=2",
 		"anthropic key sk-ant-api03-abcdefghijklmnop rejected":   "anthropic key sk-ant-[REDACTED] rejected",

@@ -120,17 +120,17 @@ func (e *FailedError) diagnose() string {
 	switch e.Outcome {
 	case OutcomeFailedPermanent:
 		b.WriteString("failed permanently: ")
-		b.WriteString(brief(e.Err))
+		b.WriteString(brief(e.Err, e.known...))
 		bracket()
 		return b.String()
 	case OutcomeFailedFatal:
 		b.WriteString("failed fatally, nothing in this task can succeed: ")
-		b.WriteString(brief(e.Err))
+		b.WriteString(brief(e.Err, e.known...))
 		bracket()
 		return b.String()
 	case OutcomeFailedUnknown:
 		b.WriteString("failed on an error no rule recognises, not retried: ")
-		b.WriteString(brief(e.Err))
+		b.WriteString(brief(e.Err, e.known...))
 		return b.String()
 	case OutcomeFailedExhausted:
 		fmt.Fprintf(&b, "failed after %s", plural(e.Attempts, "attempt"))
@@ -143,7 +143,7 @@ func (e *FailedError) diagnose() string {
 			b.WriteString("canceled before the first attempt")
 			if e.cause != nil {
 				b.WriteString(": ")
-				b.WriteString(brief(e.cause))
+				b.WriteString(brief(e.cause, e.known...))
 			}
 			return b.String()
 		}
@@ -162,7 +162,7 @@ func (e *FailedError) diagnose() string {
 		b.WriteString(")")
 	}
 	b.WriteString(": ")
-	b.WriteString(brief(e.Err))
+	b.WriteString(brief(e.Err, e.known...))
 	return b.String()
 }
 
@@ -173,17 +173,20 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
-// brief is err's text for a diagnosis: redacted, on one line, at most 400 bytes.
-func brief(err error) string {
+// brief is err's text for a diagnosis: redacted (known values first), on
+// one line, at most 400 bytes.
+func brief(err error, known ...string) string {
 	if err == nil {
 		return "<nil>"
 	}
 	var s string
-	switch err.(type) {
-	case *FailedError, *APIError:
-		s = err.Error() // redacted already, once, where it was worded
+	switch e := err.(type) {
+	case *FailedError:
+		s = e.Error() // redacted already, once, where it was worded
+	case *APIError:
+		s = Redact(e.text(), known...)
 	default:
-		s = Redact(safeText(err))
+		s = Redact(safeText(err), known...)
 	}
 	if strings.TrimSpace(s) == "" {
 		s = errorType(err) + " (empty message)"

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -124,10 +125,16 @@ func (e *TurnError) Unwrap() error { return e.Err }
 // error keeps its own words, possibly none; retrace's own layer errors are
 // looked through to what the provider said.
 func ErrorText(err error) string {
-	return truncate(errorText(err), MaxErrorText)
+	return errorText(err, nil)
 }
 
-func errorText(err error) string {
+// errorText is ErrorText with the known secrets of the call redacted by
+// exact value too, before the patterns.
+func errorText(err error, known []string) string {
+	return truncate(describe(err, known), MaxErrorText)
+}
+
+func describe(err error, known []string) string {
 	err = underlying(err)
 	var te *TurnError
 	if errors.As(err, &te) {
@@ -135,14 +142,26 @@ func errorText(err error) string {
 	}
 	var se *StreamError
 	if errors.As(err, &se) {
-		return policies.Redact(se.Message)
+		return policies.Redact(se.Message, known...)
 	}
 	t := typeName(err)
-	msg := strings.TrimSpace(policies.Redact(err.Error()))
+	msg := strings.TrimSpace(policies.Redact(knownFirst(err, known), known...))
 	if msg == "" {
 		return t
 	}
 	return t + ": " + msg
+}
+
+// knownFirst is err's text with the known values redacted before the
+// patterns that an API error's Error applies to its own fields: a pattern
+// that took part of a known value would leave the rest.
+func knownFirst(err error, known []string) string {
+	if api, ok := err.(*policies.APIError); ok && len(known) > 0 {
+		c := *api
+		c.Code, c.Message = engine.RedactKnown(c.Code, known), engine.RedactKnown(c.Message, known)
+		return c.Error()
+	}
+	return err.Error()
 }
 
 // underlying strips retrace's layer errors down to what they wrap.

@@ -224,7 +224,7 @@ func (s *Session) attempt(ctx context.Context, _ struct{}) (Message, error) {
 	req := Request{Model: s.cfg.Model, Messages: s.request(), Tools: s.cfg.Tools}
 	msg, err := s.model(ctx, req)
 	if err != nil {
-		msg = Message{Role: Assistant, StopReason: StopError, ErrorMessage: engine.RedactKnown(ErrorText(err), engine.SecretsFrom(ctx))}
+		msg = Message{Role: Assistant, StopReason: StopError, ErrorMessage: errorText(err, engine.SecretsFrom(ctx))}
 		s.history = append(s.history, msg)
 		return msg, &TurnError{Message: msg, Err: err}
 	}

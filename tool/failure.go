@@ -105,7 +105,7 @@ func message(ctx context.Context, err error) string {
 		}
 		err = fe.Err
 	}
-	s := strings.Join(strings.Fields(engine.RedactKnown(policies.Redact(text(err)), engine.SecretsFrom(ctx))), " ")
+	s := strings.Join(strings.Fields(policies.Redact(text(err), engine.SecretsFrom(ctx)...)), " ")
 	if s == "" {
 		return "(no message)"
 	}
