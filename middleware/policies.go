@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,6 +94,7 @@ type layer[Req, Resp any] struct {
 	tracer        atomic.Pointer[tracerFor]
 	gates         []breakerPolicy // the breakers inside the retry loop, asked before a retry
 	meter         *instruments
+	attrs         sync.Pool       // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
 }
 
 type tracerFor struct {
@@ -243,7 +245,6 @@ type call[Req, Resp any] struct {
 	rejected  bool                   // this attempt was refused by the layer's own breaker or bulkhead
 	report    *engine.Report         // how the retry loop ended, nil if it did not run
 	budgetOut bool                   // the task budget refused a failsafe-go retry policy's retry
-	attrs     [12]attribute.KeyValue // a span's attributes, built here so that ending a span allocates nothing of ours
 }
 
 // current is the span that policy state without a span of its own goes on.
@@ -335,7 +336,9 @@ func causeIf(ctx context.Context, o policies.Outcome) error {
 // ended, and for a retrying layer its limit, attempts and diagnosis, and on
 // the outermost layer the counts.
 func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome, attempts int, cls policies.Classification, err error) {
-	attrs := append(c.attrs[:0], telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(c.frame.depth),
+	buf := l.attrBuf()
+	defer l.attrs.Put(buf)
+	attrs := append((*buf)[:0], telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(c.frame.depth),
 		telemetry.Outcome.String(string(outcome)))
 	if l.retrying() {
 		if l.maxAttempts > 0 {
@@ -368,6 +371,18 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 		c.span.SetStatus(codes.Error, statusMessage(c.fctx.Context, err))
 	}
 	c.span.SetAttributes(attrs...)
+	*buf = attrs
+}
+
+// attrBuf returns a buffer for a span's attributes, to give back with
+// l.attrs.Put once the span has them: the span copies what it is given, and
+// a traced call then allocates no attribute slice of its own.
+func (l *layer[Req, Resp]) attrBuf() *[]attribute.KeyValue {
+	if b, ok := l.attrs.Get().(*[]attribute.KeyValue); ok {
+		return b
+	}
+	b := make([]attribute.KeyValue, 0, 16)
+	return &b
 }
 
 // classify classifies err once per error value, as the layer's judge sees it.
@@ -444,7 +459,9 @@ func (c *call[Req, Resp]) attemptEnded(n int, delay time.Duration, err error, cl
 // endAttempt ends an attempt span with all its attributes in one call: its
 // number, the backoff it waited, and how it failed, if it did.
 func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
-	attrs := append(c.attrs[:0], telemetry.Attempt.Int(n))
+	buf := c.l.attrBuf()
+	defer c.l.attrs.Put(buf)
+	attrs := append((*buf)[:0], telemetry.Attempt.Int(n))
 	if delay > 0 {
 		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
 	}
@@ -454,4 +471,5 @@ func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration
 	}
 	span.SetAttributes(attrs...)
 	span.End()
+	*buf = attrs
 }
