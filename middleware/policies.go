@@ -94,7 +94,7 @@ type layer[Req, Resp any] struct {
 	tracer        atomic.Pointer[tracerFor]
 	gates         []breakerPolicy // the breakers inside the retry loop, asked before a retry
 	meter         *instruments
-	attrs         sync.Pool       // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
+	attrs         sync.Pool // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
 }
 
 type tracerFor struct {
@@ -242,9 +242,9 @@ type call[Req, Resp any] struct {
 	lastErr   error     // the last judged error and its classification
 	lastCls   policies.Classification
 	lastFail  engine.Failure
-	rejected  bool                   // this attempt was refused by the layer's own breaker or bulkhead
-	report    *engine.Report         // how the retry loop ended, nil if it did not run
-	budgetOut bool                   // the task budget refused a failsafe-go retry policy's retry
+	rejected  bool           // this attempt was refused by the layer's own breaker or bulkhead
+	report    *engine.Report // how the retry loop ended, nil if it did not run
+	budgetOut bool           // the task budget refused a failsafe-go retry policy's retry
 }
 
 // current is the span that policy state without a span of its own goes on.
