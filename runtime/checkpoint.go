@@ -3,8 +3,11 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/retrace-go/retrace/policies"
 )
 
 // CheckpointVersion is the version of the checkpoint format this build
@@ -53,16 +56,40 @@ type StepError struct {
 // sees the old state or the new one, never a mix, even if the writer dies
 // during the write.
 type Store interface {
+	// Lock makes the caller the task's only writer until it calls unlock,
+	// which must be safe to call more than once. It must not wait: while
+	// another writer holds the task's lock, Lock fails at once with an
+	// error that matches ErrTaskRunning. RunTask locks the task before it
+	// loads the checkpoint and unlocks it when it returns, so that two runs
+	// of one task never run its steps twice over. The lock must die with
+	// its holder: a writer that crashed must not keep the task locked.
+	Lock(ctx context.Context, taskID string) (unlock func(), err error)
 	// Load returns the task's checkpoint, or nil and no error when the task
 	// has none. A checkpoint that cannot be read is a *CheckpointError: the
 	// task must not silently start over.
 	Load(ctx context.Context, taskID string) (*Checkpoint, error)
-	// Save replaces the task's checkpoint.
+	// Save replaces the task's checkpoint. It must never replace one that
+	// has more finished steps than cp: it fails with an error that matches
+	// ErrCheckpointBehind instead.
 	Save(ctx context.Context, cp *Checkpoint) error
 }
 
+// ErrCheckpointBehind is matched, with errors.Is, by the error of a Store's
+// Save that refuses to replace the saved checkpoint with one that has fewer
+// finished steps: the writer has fallen behind another one.
+//
+// It is classified policies.Fatal, type "checkpoint_behind": the writer
+// holds an older state than the saved one, and going on would run again
+// steps already recorded (with their side effects). It must stop; a new run
+// resumes from the saved checkpoint.
+var ErrCheckpointBehind error = &policies.Error{
+	Class: policies.Fatal, Type: "checkpoint_behind",
+	Err: errors.New("a checkpoint never replaces one with more finished steps"),
+}
+
 // CheckpointError is a checkpoint that exists but cannot be used: truncated,
-// garbled, of another version or of another task.
+// garbled, of another version or of another task, or at a path that is not
+// a regular file.
 type CheckpointError struct {
 	Path string // the file, or the store's name for it
 	Err  error

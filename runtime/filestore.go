@@ -35,28 +35,49 @@ const fileStoreSuffix = ".checkpoint.json"
 // mix. The temporary file is fsynced before the rename, and the directory is
 // fsynced after it, so that the rename itself survives a power loss.
 //
-// A FileStore assumes one writer per task: at most one process saves a given
-// task at a time. Within a process, Saves of the same task are serialised. A
-// Save removes the temporary files that an earlier writer of the same task
-// left behind when it died, which would also remove the in-flight temporary
-// file of a second, concurrent writer in another process; tasks never touch
-// each other's files.
+// A task has one writer at a time. RunTask takes the task's lock (see Lock)
+// before it loads the checkpoint and holds it until it returns, so that a
+// second RunTask of the same task, in this process or another one, fails at
+// once with ErrTaskRunning instead of running the steps a second time. A
+// Save takes the lock itself, for its own duration, unless a writer of this
+// store holds it already; a Save of a task whose lock another store or
+// process holds is refused with ErrTaskRunning. Under the lock, Save reads
+// the saved checkpoint and refuses, with ErrCheckpointBehind, to replace it
+// with one that has fewer finished steps: the progress on disk never goes
+// back. Also under the lock, a Save removes the temporary files that an
+// earlier writer of the task left behind when it died: no live writer's
+// file can be among them. Tasks never touch each other's files.
+//
+// Load refuses a checkpoint path that is not a regular file, at once: a
+// FIFO is not opened (its open would wait for a writer, past any deadline),
+// nor a device or a directory, and a symbolic link is not followed, even to
+// a file inside the directory. The store writes a checkpoint by renaming a
+// file it made over the path, never through a link, so a link there was put
+// in place by something else; following it would let that choose which
+// file, anywhere the process can read, a task resumes from. Save refuses
+// the same paths, leaving them as they are.
 //
 // Task IDs are used as file names and must be safe ones: non-empty, at most
 // 200 bytes, made only of ASCII letters, digits, '.', '_' and '-', and not
 // starting with a dot. Load and Save reject any other ID before touching the
 // file system, so no ID can reach outside the directory.
 //
-// A failure of the file system, in Load or Save, is a *policies.Error of
-// class policies.Fatal and type "checkpoint_io": a task whose progress
+// A failure of the file system, in Lock, Load or Save, is a *policies.Error
+// of class policies.Fatal and type "checkpoint_io": a task whose progress
 // cannot be read or saved must stop rather than run steps it cannot record.
-// A Save that fails leaves the previous checkpoint in place (or, when only
-// the final fsync of the directory failed, the new one), and the next run
-// resumes from it.
+// A checkpoint that cannot be used is a *CheckpointError, classified Fatal
+// too, of type "checkpoint_not_regular" for a path that is not a regular
+// file and "checkpoint_invalid" for a file whose contents are not a valid
+// checkpoint of the task. A Save that fails leaves the previous checkpoint
+// in place (or, when only the final fsync of the directory failed, the new
+// one), and the next run resumes from it.
 type FileStore struct {
-	dir   string
-	fs    fileStoreFS
-	locks sync.Map // task ID → *sync.Mutex, serialising Saves of one task
+	dir    string
+	fs     fileStoreFS
+	saving sync.Map // task ID → *sync.Mutex, serialising the Saves of one task
+
+	mu   sync.Mutex
+	held map[string]struct{} // the tasks whose lock a writer of this store holds
 }
 
 var _ Store = (*FileStore)(nil)
@@ -85,19 +106,29 @@ func fileStoreIOError(err error) error {
 	return &policies.Error{Class: policies.Fatal, Type: "checkpoint_io", Err: err}
 }
 
+// unusableCheckpoint reports the checkpoint file path, which cannot be used
+// for the reason err, as a *CheckpointError classified as described on
+// FileStore.
+func unusableCheckpoint(path, typ string, err error) error {
+	return &policies.Error{Class: policies.Fatal, Type: typ, Err: &CheckpointError{Path: path, Err: err}}
+}
+
 // Path returns the file that holds the checkpoint of taskID. It does not
 // check the ID: Load and Save do.
 func (s *FileStore) Path(taskID string) string {
 	return filepath.Join(s.dir, taskID+fileStoreSuffix)
 }
 
-// Load returns the checkpoint of taskID, or nil and no error when the task
-// has no checkpoint file. A file that exists but cannot be used (empty,
-// truncated, garbled, followed by trailing data, with unknown fields, of
-// another version or another task, or with steps out of order) is reported
-// as a *CheckpointError whose Path is the file; Load never returns a partly
-// decoded checkpoint. An invalid task ID and a cancelled ctx are returned
-// as plain errors, a failure to read the file as a Fatal *policies.Error.
+// Load returns the checkpoint of taskID, or nil and no error when nothing
+// is at the checkpoint's path. A path that is not a regular file (a FIFO, a
+// device, a directory, a symbolic link wherever it points) and a file that
+// cannot be used (empty, truncated, garbled, followed by trailing data, with
+// unknown fields, of another version or another task, or with steps out of
+// order) are reported as a *CheckpointError whose Path is the file, without
+// waiting; Load never returns a partly decoded checkpoint. An invalid task
+// ID and a done ctx are returned as plain errors, a failure to read the file
+// as a Fatal *policies.Error. Load takes no lock: a Save replaces the file
+// atomically, so a reader sees one whole checkpoint or the other.
 func (s *FileStore) Load(ctx context.Context, taskID string) (*Checkpoint, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -106,16 +137,25 @@ func (s *FileStore) Load(ctx context.Context, taskID string) (*Checkpoint, error
 		return nil, fmt.Errorf("runtime: load checkpoint: %w", err)
 	}
 	path := s.Path(taskID)
+	return s.read(path, taskID, "load checkpoint "+path)
+}
+
+// read reads and decodes path, the checkpoint file of taskID, as Load
+// describes; op says what failed when the file system fails.
+func (s *FileStore) read(path, taskID, op string) (*Checkpoint, error) {
 	data, err := s.fs.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	var nr *notRegularError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
-	}
-	if err != nil {
-		return nil, fileStoreIOError(fmt.Errorf("runtime: load checkpoint %s: %w", path, err))
+	case errors.As(err, &nr):
+		return nil, unusableCheckpoint(path, "checkpoint_not_regular", nr)
+	case err != nil:
+		return nil, fileStoreIOError(fmt.Errorf("runtime: %s: %w", op, err))
 	}
 	cp, err := decodeCheckpointFile(data, taskID)
 	if err != nil {
-		return nil, &CheckpointError{Path: path, Err: err}
+		return nil, unusableCheckpoint(path, "checkpoint_invalid", err)
 	}
 	return cp, nil
 }
@@ -125,6 +165,14 @@ func (s *FileStore) Load(ctx context.Context, taskID string) (*Checkpoint, error
 // Version other than CheckpointVersion, an invalid TaskID, or steps that are
 // not numbered 1, 2, 3, … in order, that have an unknown Status or an empty
 // Key.
+//
+// Save writes under the task's lock: the one a writer of this store holds
+// (see Lock), or else one it takes for its own duration, failing at once
+// with ErrTaskRunning if another store or process holds it. Under it, Save
+// reads the saved checkpoint and leaves it in place, returning an error:
+// matching ErrCheckpointBehind if it has more finished steps than cp, and
+// the *CheckpointError Load would return if it cannot be used (a newer
+// version's file included). A checkpoint with as many steps replaces it.
 //
 // The checkpoint is written as indented JSON to a temporary file in the
 // store's directory, fsynced, closed and renamed over the checkpoint file;
@@ -157,11 +205,28 @@ func (s *FileStore) Save(ctx context.Context, cp *Checkpoint) error {
 	}
 	data = append(data, '\n')
 
-	mu, _ := s.locks.LoadOrStore(taskID, new(sync.Mutex))
-	mu.(*sync.Mutex).Lock()
-	defer mu.(*sync.Mutex).Unlock()
+	saving := s.saveMutex(taskID)
+	saving.Lock()
+	defer saving.Unlock()
+	// A writer of this store that holds the lock cannot release it before
+	// this Save ends: its unlock waits for the mutex held here.
+	if !s.holds(taskID) {
+		release, err := s.acquire(taskID)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 
 	path := s.Path(taskID)
+	saved, err := s.read(path, taskID, "save checkpoint "+path+": read the saved checkpoint")
+	if err != nil {
+		return err
+	}
+	if saved != nil && len(saved.Steps) > len(cp.Steps) {
+		return fmt.Errorf("runtime: save checkpoint %s: %w: this one has %d finished steps, the saved one %d",
+			path, ErrCheckpointBehind, len(cp.Steps), len(saved.Steps))
+	}
 	if err := s.removeStaleTemps(taskID); err != nil {
 		return fileStoreIOError(fmt.Errorf("runtime: save checkpoint %s: %w", path, err))
 	}

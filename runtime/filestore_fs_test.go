@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -18,13 +19,17 @@ import (
 )
 
 // The operations of a Save, as faultFS records them, in the order a Save
-// that works makes them. "remove stale" removes a temporary file an earlier,
-// killed writer left; "remove temp" removes the Save's own.
+// that works makes them. "read file" reads the saved checkpoint, under the
+// task's lock, before anything is written; "remove stale" removes a
+// temporary file an earlier, killed writer left; "remove temp" removes the
+// Save's own.
 var fsSaveOps = []string{
+	"lock", "read file",
 	"read dir", "remove stale",
 	"create temp", "write temp", "sync temp", "close temp",
 	"rename temp",
 	"open dir", "sync dir", "close dir",
+	"unlock",
 }
 
 // errInjected is the error faultFS returns from the operation it fails.
@@ -88,6 +93,29 @@ func (f *faultFS) Remove(name string) error {
 		return err
 	}
 	return f.real.Remove(name)
+}
+
+func (f *faultFS) Lock(name string) (io.Closer, error) {
+	if err := f.do("lock"); err != nil {
+		return nil, err
+	}
+	l, err := f.real.Lock(name)
+	if err != nil {
+		return nil, err
+	}
+	return &faultLock{fs: f, lock: l}, nil
+}
+
+// faultLock records its release; releasing a lock cannot fail (closing
+// the file releases it, whatever Close reports).
+type faultLock struct {
+	fs   *faultFS
+	lock io.Closer
+}
+
+func (l *faultLock) Close() error {
+	l.fs.ops = append(l.fs.ops, "unlock")
+	return l.lock.Close()
 }
 
 func (f *faultFS) OpenDir(name string) (fileStoreSyncer, error) {
@@ -217,13 +245,14 @@ func TestFileStoreSaveSyncsBeforeRenameAndDirBeforeReturn(t *testing.T) {
 	require.NoError(t, store.Save(context.Background(), fsCheckpointOf(id, 2)))
 	assert.Equal(t, fsSaveOps, fsys.ops, "the operations of a Save, in order, all made before it returned")
 	assert.Equal(t, 2, fsLoadSteps(t, dir, id))
-	assert.Equal(t, []string{"t.checkpoint.json"}, fsDirNames(t, dir))
+	assert.Equal(t, []string{"t.checkpoint.json", "t.lock"}, fsDirNames(t, dir))
 }
 
 // Each operation of a Save that fails makes Save return a classified error
-// naming the operation, leaves no temporary file of its own behind and keeps
-// the previous checkpoint; a failure after the rename leaves the new one,
-// which may not survive a power loss. The next Save works.
+// naming the operation, leaves no temporary file of its own behind, releases
+// the task's lock and keeps the previous checkpoint; a failure after the
+// rename leaves the new one, which may not survive a power loss. The next
+// Save works.
 func TestFileStoreSaveFaults(t *testing.T) {
 	cases := []struct {
 		fail     string
@@ -231,6 +260,8 @@ func TestFileStoreSaveFaults(t *testing.T) {
 		cleanup  []string // the operations after the failed one
 		replaced bool     // the new checkpoint is in place
 	}{
+		{fail: "lock", want: `runtime: lock task "t"`},
+		{fail: "read file", want: "read the saved checkpoint", cleanup: []string{"unlock"}},
 		{fail: "read dir", want: "list the directory for stale temporary files"},
 		{fail: "remove stale", want: "remove stale temporary file"},
 		{fail: "create temp", want: "create temporary file"},
@@ -256,7 +287,11 @@ func TestFileStoreSaveFaults(t *testing.T) {
 			require.Error(t, err)
 			assert.ErrorIs(t, err, errInjected)
 			assert.Contains(t, err.Error(), c.want)
-			assert.Contains(t, err.Error(), store.Path(id), "the error names the checkpoint")
+			file := store.Path(id)
+			if c.fail == "lock" {
+				file = store.lockPath(id)
+			}
+			assert.Contains(t, err.Error(), file, "the error names the file")
 			cl := policies.Classify(err)
 			assert.Equal(t, policies.Fatal, cl.Class, "a checkpoint that cannot be saved stops the task")
 			assert.Equal(t, "checkpoint_io", cl.Type)
@@ -264,16 +299,20 @@ func TestFileStoreSaveFaults(t *testing.T) {
 			at := slices.Index(fsSaveOps, c.fail)
 			require.GreaterOrEqual(t, at, 0)
 			want := append(slices.Clone(fsSaveOps[:at+1]), c.cleanup...)
-			assert.Equal(t, want, fsys.ops, "the operations up to the failed one, then the cleanup")
+			if c.fail != "lock" && c.fail != "read file" {
+				want = append(want, "unlock")
+			}
+			assert.Equal(t, want, fsys.ops, "the operations up to the failed one, then the cleanup and the unlock")
+			assert.Empty(t, store.held, "the lock is released")
 
 			wantSteps := 1
 			if c.replaced {
 				wantSteps = 2
 			}
 			assert.Equal(t, wantSteps, fsLoadSteps(t, dir, id), "the checkpoint loads, and is the one expected")
-			wantNames := []string{"t.checkpoint.json"}
+			wantNames := []string{"t.checkpoint.json", "t.lock"}
 			if at <= slices.Index(fsSaveOps, "remove stale") {
-				wantNames = []string{stale, "t.checkpoint.json"} // failed before removing it
+				wantNames = []string{stale, "t.checkpoint.json", "t.lock"} // failed before removing it
 			}
 			assert.Equal(t, wantNames, fsDirNames(t, dir), "no temporary file of this Save is left")
 
@@ -281,7 +320,7 @@ func TestFileStoreSaveFaults(t *testing.T) {
 			fsys.fail = ""
 			require.NoError(t, store.Save(ctx, fsCheckpointOf(id, 3)))
 			assert.Equal(t, 3, fsLoadSteps(t, dir, id))
-			assert.Equal(t, []string{"t.checkpoint.json"}, fsDirNames(t, dir))
+			assert.Equal(t, []string{"t.checkpoint.json", "t.lock"}, fsDirNames(t, dir))
 		})
 	}
 }
@@ -298,7 +337,7 @@ func TestFileStoreStaleTempAlreadyGone(t *testing.T) {
 	require.NoError(t, gone.errs[0], "and removed before the store's Remove")
 	assert.Equal(t, fsSaveOps, fsys.ops)
 	assert.Equal(t, 1, fsLoadSteps(t, dir, "t"))
-	assert.Equal(t, []string{"t.checkpoint.json"}, fsDirNames(t, dir))
+	assert.Equal(t, []string{"t.checkpoint.json", "t.lock"}, fsDirNames(t, dir))
 }
 
 // goneFS removes a stale file before the store does, so that the store's
@@ -332,4 +371,37 @@ func TestFileStoreLoadFault(t *testing.T) {
 	cl := policies.Classify(err)
 	assert.Equal(t, policies.Fatal, cl.Class)
 	assert.Equal(t, "checkpoint_io", cl.Type)
+}
+
+// noLockFS is a file system whose locks exclude nobody, as on a system
+// without flock, or with flock emulated by per-process fcntl locks (NFS).
+type noLockFS struct{ *faultFS }
+
+func (noLockFS) Lock(string) (io.Closer, error) { return nopCloser{}, nil }
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
+
+// Within a process, the store's own table refuses a second writer of a task
+// even where the file lock cannot tell two holders in one process apart; the
+// holder's Saves go ahead, and the task is free again once unlocked.
+func TestFileStoreLockTableWithoutFileLock(t *testing.T) {
+	ctx := context.Background()
+	store, fsys, dir := fsFaultStore(t)
+	store.fs = noLockFS{fsys}
+
+	unlock, err := store.Lock(ctx, "t")
+	require.NoError(t, err)
+	_, err = store.Lock(ctx, "t")
+	require.ErrorIs(t, err, ErrTaskRunning)
+	assert.Contains(t, err.Error(), "another writer in this process holds its lock")
+	require.NoError(t, store.Save(ctx, fsCheckpointOf("t", 1)), "the holder saves")
+	assert.Equal(t, 1, fsLoadSteps(t, dir, "t"))
+	unlock()
+
+	again, err := store.Lock(ctx, "t")
+	require.NoError(t, err, "free once unlocked")
+	again()
+	assert.Empty(t, store.held)
 }

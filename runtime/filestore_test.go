@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/runtime"
 )
 
@@ -219,7 +222,7 @@ func TestFileStoreInvalidTaskIDs(t *testing.T) {
 	assert.Equal(t, []string{"store"}, fsNames(entries))
 	entries, err = os.ReadDir(filepath.Join(base, "store"))
 	require.NoError(t, err)
-	assert.Equal(t, []string{strings.Repeat("y", 200) + ".checkpoint.json"}, fsNames(entries))
+	assert.Equal(t, []string{strings.Repeat("y", 200) + ".checkpoint.json", strings.Repeat("y", 200) + ".lock"}, fsNames(entries))
 }
 
 func fsNames(entries []os.DirEntry) []string {
@@ -237,7 +240,7 @@ func TestFileStoreTempFiles(t *testing.T) {
 	require.NoError(t, store.Save(ctx, fsSmallCheckpoint("id", fsT0)))
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"id.checkpoint.json"}, fsNames(entries), "no temporary file is left behind")
+	assert.Equal(t, []string{"id.checkpoint.json", "id.lock"}, fsNames(entries), "no temporary file is left behind")
 
 	// Files a killed writer of "id" left, and files of other tasks: "id.x"
 	// (whose temporary files also match the glob ".id.*.tmp") and "other".
@@ -247,7 +250,7 @@ func TestFileStoreTempFiles(t *testing.T) {
 	require.NoError(t, store.Save(ctx, fsSmallCheckpoint("id", fsT0.Add(time.Hour))))
 	entries, err = os.ReadDir(dir)
 	require.NoError(t, err)
-	assert.Equal(t, []string{".id.abc.tmp", ".id.x.456.tmp", ".other.789.tmp", "id.checkpoint.json"}, fsNames(entries),
+	assert.Equal(t, []string{".id.abc.tmp", ".id.x.456.tmp", ".other.789.tmp", "id.checkpoint.json", "id.lock"}, fsNames(entries),
 		"the stale temporary files of id are gone, other tasks' files stay")
 
 	got, err := store.Load(ctx, "id")
@@ -271,7 +274,7 @@ func TestFileStoreDirWithGlobCharacters(t *testing.T) {
 			require.NoError(t, store.Save(ctx, fsSmallCheckpoint("id", fsT0)))
 			entries, err := os.ReadDir(dir)
 			require.NoError(t, err)
-			assert.Equal(t, []string{".other.456.tmp", "id.checkpoint.json"}, fsNames(entries))
+			assert.Equal(t, []string{".other.456.tmp", "id.checkpoint.json", "id.lock"}, fsNames(entries))
 			got, err := store.Load(ctx, "id")
 			require.NoError(t, err)
 			fsRequireSame(t, fsSmallCheckpoint("id", fsT0), got)
@@ -662,4 +665,195 @@ func fsKillWriter(t *testing.T, dir, target string, delay time.Duration) []fsLin
 	require.ErrorAs(t, err, &exit, "the writer was killed; stderr %q", stderr.String())
 	assert.Equal(t, -1, exit.ExitCode(), "the writer died of the signal: %v", exit)
 	return lines
+}
+
+// fsDone is a checkpoint of task id with n done steps, updated at fsT0+at.
+func fsDone(id string, n int, at time.Duration) *runtime.Checkpoint {
+	cp := &runtime.Checkpoint{Version: runtime.CheckpointVersion, TaskID: id, UpdatedAt: fsT0.Add(at)}
+	for step := 1; step <= n; step++ {
+		cp.Steps = append(cp.Steps, runtime.StepRecord{
+			Step: step, Name: fmt.Sprintf("step-%d", step), Status: runtime.StepDone, Key: runtime.IdempotencyKey(id, step),
+			Result: json.RawMessage(`"ok"`), Attempts: 1, FinishedAt: fsT0.Add(at + time.Duration(step)*time.Second),
+		})
+	}
+	return cp
+}
+
+// A Save never replaces a checkpoint that has more finished steps: a writer
+// that fell behind (a slower run, or one that loaded an older state) is
+// refused with a classified error, and the saved progress stays. A
+// checkpoint with as many steps, or more, replaces it.
+func TestFileStoreSaveNeverGoesBack(t *testing.T) {
+	ctx := context.Background()
+	store, dir := fsNewStore(t)
+	six := fsDone("t", 6, 0)
+	require.NoError(t, store.Save(ctx, six))
+	for _, fewer := range []int{0, 2, 5} {
+		err := store.Save(ctx, fsDone("t", fewer, time.Hour))
+		require.ErrorIs(t, err, runtime.ErrCheckpointBehind, "%d steps over 6", fewer)
+		assert.Contains(t, err.Error(), store.Path("t"), "the error names the checkpoint")
+		assert.Contains(t, err.Error(), fmt.Sprintf("this one has %d finished steps, the saved one 6", fewer))
+		cl := policies.Classify(err)
+		assert.Equal(t, policies.Fatal, cl.Class, "the run that fell behind must stop, not retry")
+		assert.Equal(t, "checkpoint_behind", cl.Type)
+		got, err := store.Load(ctx, "t")
+		require.NoError(t, err)
+		fsRequireSame(t, six, got)
+	}
+	temps, err := filepath.Glob(filepath.Join(dir, ".*.tmp"))
+	require.NoError(t, err)
+	assert.Empty(t, temps, "a refused Save writes nothing")
+
+	again := fsDone("t", 6, 2*time.Hour)
+	require.NoError(t, store.Save(ctx, again), "as many steps replace the saved checkpoint")
+	got, err := store.Load(ctx, "t")
+	require.NoError(t, err)
+	fsRequireSame(t, again, got)
+	more := fsDone("t", 7, 3*time.Hour)
+	require.NoError(t, store.Save(ctx, more))
+	got, err = store.Load(ctx, "t")
+	require.NoError(t, err)
+	fsRequireSame(t, more, got)
+}
+
+// fsNoBlock runs op in a goroutine and returns its error. An op still
+// running when ctx ends is a failure of the test; if it is blocked opening
+// the FIFO at path, the FIFO is opened for writing so that it returns and
+// no goroutine is left behind.
+func fsNoBlock(t *testing.T, ctx context.Context, path string, op func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		fsUnblockFIFO(path)
+		err := <-done
+		t.Errorf("the operation was still blocked when its context ended (then it returned %v)", err)
+		return err
+	}
+}
+
+// Load and Save refuse, at once and with a classified error, a checkpoint
+// path that is not a regular file: a FIFO (whose open would block until a
+// writer came, past any deadline), a directory, or a symbolic link, wherever
+// it points. The store writes a checkpoint by renaming a file it made, never
+// through a link, so a link at the path was put there by something else:
+// following it out of the directory would read (and resume from) any file
+// the process can read, and even within the directory it would make one
+// task resume from a file that is not its own. A dangling link is refused
+// too rather than taken for a task that has no checkpoint, which would
+// start the task over.
+func TestFileStoreRefusesWhatIsNotARegularFile(t *testing.T) {
+	cases := []struct {
+		name string
+		make func(t *testing.T, path, dir, outside string)
+		want string // in the error's message
+	}{
+		{"FIFO", func(t *testing.T, path, _, _ string) { fsMkfifo(t, path) }, "it is a named pipe (FIFO), not a regular file"},
+		{"directory", func(t *testing.T, path, _, _ string) { require.NoError(t, os.Mkdir(path, 0o755)) }, "it is a directory, not a regular file"},
+		{"symlink out of the directory", func(t *testing.T, path, _, outside string) {
+			target := filepath.Join(outside, "t.checkpoint.json")
+			fsWriteCheckpoint(t, target, fsDone("t", 3, 0))
+			fsSymlink(t, target, path)
+		}, "it is a symbolic link, which the store does not follow"},
+		{"symlink inside the directory", func(t *testing.T, path, dir, _ string) {
+			fsWriteCheckpoint(t, filepath.Join(dir, "elsewhere.json"), fsDone("t", 3, 0))
+			fsSymlink(t, "elsewhere.json", path)
+		}, "it is a symbolic link, which the store does not follow"},
+		{"dangling symlink", func(t *testing.T, path, _, outside string) {
+			fsSymlink(t, filepath.Join(outside, "nothing"), path)
+		}, "it is a symbolic link, which the store does not follow"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			store, dir := fsNewStore(t)
+			outside := t.TempDir()
+			path := store.Path("t")
+			c.make(t, path, dir, outside)
+			before := fsSnapshot(t, dir, outside)
+			// A deadline far beyond what the refusal takes: the test asserts
+			// the error, never the time.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+
+			var cp *runtime.Checkpoint
+			err := fsNoBlock(t, ctx, path, func() (err error) {
+				cp, err = store.Load(ctx, "t")
+				return err
+			})
+			assert.Nil(t, cp, "nothing is loaded through it")
+			fsRequireNotRegular(t, err, path, c.want)
+
+			err = fsNoBlock(t, ctx, path, func() error { return store.Save(ctx, fsDone("t", 4, time.Hour)) })
+			fsRequireNotRegular(t, err, path, c.want)
+			after := fsSnapshot(t, dir, outside)
+			lock := filepath.Join(dir, "t.lock")
+			assert.Equal(t, "file ", after[lock], "the task's lock file, empty")
+			delete(after, lock)
+			assert.Equal(t, before, after, "Save changed nothing else, inside the directory or out of it")
+		})
+	}
+}
+
+// fsRequireNotRegular checks that err refuses the checkpoint at path, which
+// is not a regular file.
+func fsRequireNotRegular(t *testing.T, err error, path, want string) {
+	t.Helper()
+	require.Error(t, err)
+	var ce *runtime.CheckpointError
+	require.ErrorAs(t, err, &ce, "a checkpoint that cannot be used: %v", err)
+	assert.Equal(t, path, ce.Path)
+	assert.Contains(t, err.Error(), want)
+	cl := policies.Classify(err)
+	assert.Equal(t, policies.Fatal, cl.Class, "the task stops until someone removes what is at the path")
+	assert.Equal(t, "checkpoint_not_regular", cl.Type)
+}
+
+// fsWriteCheckpoint writes cp to path as Save would.
+func fsWriteCheckpoint(t *testing.T, path string, cp *runtime.Checkpoint) {
+	t.Helper()
+	data, err := json.MarshalIndent(cp, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+}
+
+// fsSymlink makes link point to target, or skips the test where the system
+// does not let this process make links (Windows without the privilege).
+func fsSymlink(t *testing.T, target, link string) {
+	t.Helper()
+	if err := os.Symlink(target, link); err != nil {
+		if goruntime.GOOS == "windows" {
+			t.Skipf("cannot make a symbolic link here: %v", err)
+		}
+		require.NoError(t, err)
+	}
+}
+
+// fsSnapshot describes every entry of dirs: its name, type and, for a
+// regular file, its contents; for a link, its target.
+func fsSnapshot(t *testing.T, dirs ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		require.NoError(t, err)
+		for _, e := range entries {
+			name := filepath.Join(dir, e.Name())
+			switch {
+			case e.Type().IsRegular():
+				data, err := os.ReadFile(name)
+				require.NoError(t, err)
+				out[name] = "file " + string(data)
+			case e.Type()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(name)
+				require.NoError(t, err)
+				out[name] = "link to " + target
+			default:
+				out[name] = e.Type().String()
+			}
+		}
+	}
+	return out
 }

@@ -72,13 +72,18 @@ func (r *TaskReport) Failed() []int {
 }
 
 // RunTask runs the task's steps in order, each through a "step" layer with
-// its retry, and saves a checkpoint after every step that finishes. A task
-// that finds a checkpoint resumes after the last step recorded in it; a
-// checkpoint that cannot be read stops it with a *CheckpointError instead of
-// starting over. A step that fails permanently is recorded (so a resumed run
-// does not call it again) and the task goes on; a fatal failure is recorded
-// and stops the task; a step that is still failing when its retries run out
-// stops the task unrecorded, to be tried again on the next run.
+// its retry, and saves a checkpoint after every step that finishes. With a
+// Store, it first takes the task's lock (Store.Lock) and holds it until it
+// returns: a run of a task that is running already fails at once with an
+// error matching ErrTaskRunning, running nothing. (Without a Store, runs
+// share nothing that a second one could spoil, and nothing is locked.) A
+// task that finds a checkpoint resumes after the last step recorded in it;
+// a checkpoint that cannot be read stops it with a *CheckpointError instead
+// of starting over. A step that fails permanently is recorded (so a resumed
+// run does not call it again) and the task goes on; a fatal failure is
+// recorded and stops the task; a step that is still failing when its
+// retries run out stops the task unrecorded, to be tried again on the next
+// run.
 func RunTask(ctx context.Context, task Task, cfg TaskConfig) (*TaskReport, error) {
 	if cfg.Retry.MaxAttempts == 0 {
 		clk := cfg.Retry.Clock
@@ -90,6 +95,16 @@ func RunTask(ctx context.Context, task Task, cfg TaskConfig) (*TaskReport, error
 	}
 	cp := &Checkpoint{Version: CheckpointVersion, TaskID: task.ID}
 	if cfg.Store != nil {
+		// The lock comes before the load: a run that loaded the checkpoint
+		// before another run's lock would resume from a state that run
+		// goes on to change.
+		unlock, err := cfg.Store.Lock(ctx, task.ID)
+		if err != nil {
+			return nil, err
+		}
+		if unlock != nil {
+			defer unlock()
+		}
 		loaded, err := cfg.Store.Load(ctx, task.ID)
 		if err != nil {
 			return nil, err

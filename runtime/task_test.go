@@ -22,7 +22,26 @@ import (
 type memStore struct {
 	mu    sync.Mutex
 	data  map[string][]byte
+	held  map[string]bool // the tasks whose lock a writer holds
 	saves int
+}
+
+// Lock refuses a second writer of a task at once, as a Store must.
+func (m *memStore) Lock(_ context.Context, id string) (func(), error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held[id] {
+		return nil, fmt.Errorf("memstore: task %q: %w", id, runtime.ErrTaskRunning)
+	}
+	if m.held == nil {
+		m.held = map[string]bool{}
+	}
+	m.held[id] = true
+	return sync.OnceFunc(func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.held, id)
+	}), nil
 }
 
 func (m *memStore) Load(_ context.Context, id string) (*runtime.Checkpoint, error) {
@@ -45,6 +64,10 @@ func (m *memStore) Save(_ context.Context, cp *runtime.Checkpoint) error {
 	b, err := json.Marshal(cp)
 	if err != nil {
 		return err
+	}
+	var saved runtime.Checkpoint
+	if json.Unmarshal(m.data[cp.TaskID], &saved) == nil && len(saved.Steps) > len(cp.Steps) {
+		return fmt.Errorf("memstore: task %q: %w", cp.TaskID, runtime.ErrCheckpointBehind)
 	}
 	if m.data == nil {
 		m.data = map[string][]byte{}
@@ -212,4 +235,43 @@ func TestTaskWithFileStoreRefusesATruncatedCheckpoint(t *testing.T) {
 	assert.Contains(t, err.Error(), path)
 	assert.Contains(t, err.Error(), "will not start over")
 	assert.Empty(t, calls, "never silently restarted from scratch")
+}
+
+// A step's error text is redacted before it is written into the checkpoint:
+// the file on disk holds none of the token, password and key the error
+// carried, while the rest of the text is kept to say what failed.
+func TestTaskCheckpointHoldsNoSecrets(t *testing.T) {
+	const text = "upload to https://user:pa55word@host/x?api_key=sk-proj-abcdefghijklmnop refused; " +
+		"sent Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123456789"
+	secrets := []string{"pa55word", "sk-proj-abcdefghijklmnop", "abcdefghijklmnopqrstuvwxyz0123456789"}
+	cases := map[string]error{
+		"a tool's explicit permanent error": &policies.Error{Class: policies.Permanent, Type: "upload_refused", Err: errors.New(text)},
+		"a provider's 400 answer":           &policies.APIError{StatusCode: 400, Code: "invalid_request", Message: text},
+	}
+	for name, stepErr := range cases {
+		t.Run(name, func(t *testing.T) {
+			store, _ := fsNewStore(t)
+			calls := map[int]int{}
+			task := runtime.Task{ID: "upload", Steps: steps(3, calls, func(step, _ int) error {
+				if step == 2 {
+					return stepErr
+				}
+				return nil
+			})}
+			rep, err := runtime.RunTask(context.Background(), task, taskConfig(store))
+			require.NoError(t, err, "a permanent failure is recorded and the task goes on")
+			require.Equal(t, []int{2}, rep.Failed())
+
+			raw, err := os.ReadFile(store.Path("upload"))
+			require.NoError(t, err)
+			for _, secret := range secrets {
+				assert.NotContains(t, string(raw), secret, "the checkpoint file holds a secret")
+			}
+			msg := rep.Steps[1].Error.Message
+			assert.Contains(t, msg, "upload to https://", "what failed is still said")
+			quoted, err := json.Marshal(msg)
+			require.NoError(t, err)
+			assert.Contains(t, string(raw), string(quoted), "the message written is the redacted one")
+		})
+	}
 }
