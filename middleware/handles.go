@@ -18,6 +18,7 @@ import (
 
 // judge classifies errors and words failures for a layer.
 type judge interface {
+	Classifier() *policies.Classifier
 	Judge(ctx context.Context, fallback *policies.Classifier, err error) (policies.Classification, engine.Failure)
 	Fail(ctx context.Context, layer string, rep engine.Report, cls policies.Classification) error
 }

@@ -395,6 +395,18 @@ func (c *call[Req, Resp]) classify(ctx context.Context, err error) policies.Clas
 	return c.lastCls
 }
 
+// classifyFor classifies err as policy h sees it: with the layer's cached
+// classification when h classifies as the layer's judge does (neither has
+// a classifier of its own, or both the same), so that one error is
+// classified once.
+func (c *call[Req, Resp]) classifyFor(ctx context.Context, h judge, err error) policies.Classification {
+	if h.Classifier() == c.l.judge.Classifier() {
+		return c.classify(ctx, err)
+	}
+	cls, _ := h.Judge(ctx, c.l.cfg.classifier, err)
+	return cls
+}
+
 // The retry loop: call implements engine.Attempter and engine.Gate.
 
 func (l *layer[Req, Resp]) loopStep(inner step[Req, Resp]) step[Req, Resp] {

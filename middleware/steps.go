@@ -101,8 +101,7 @@ func (l *layer[Req, Resp]) breakerStep(h breakerPolicy, next step[Req, Resp]) st
 		resp, err := next(ctx, c, req)
 		count := engine.Success
 		if err != nil {
-			cls, _ := h.Judge(ctx, l.cfg.classifier, err)
-			count = engine.CountOf(string(cls.Class))
+			count = engine.CountOf(string(c.classifyFor(ctx, h, err).Class))
 		}
 		b.Record(permit, count, clk)
 		c.endPolicySpan(ctx, span, err)

@@ -299,14 +299,35 @@ func apiReason(api *APIError) string {
 	code := safeCode(api.Code)
 	if api.StatusCode != 0 {
 		if code != "" {
-			return "http " + strconv.Itoa(api.StatusCode) + " " + code
+			return "http " + statusText(api.StatusCode) + " " + code
 		}
-		return "http " + strconv.Itoa(api.StatusCode)
+		if api.StatusCode > 0 && api.StatusCode < len(statusReasons) {
+			return statusReasons[api.StatusCode]
+		}
+		return "http " + statusText(api.StatusCode)
 	}
 	if code == "" {
 		return "code _OTHER"
 	}
 	return "code " + code
+}
+
+// statusTexts and statusReasons are the HTTP statuses as a type ("503")
+// and a reason ("http 503"), made once and never changed: a failure names
+// its status on every attempt of every layer.
+var statusTexts, statusReasons = func() (t, r [600]string) {
+	for i := range t {
+		t[i] = strconv.Itoa(i)
+		r[i] = "http " + t[i]
+	}
+	return t, r
+}()
+
+func statusText(code int) string {
+	if code >= 0 && code < len(statusTexts) {
+		return statusTexts[code]
+	}
+	return strconv.Itoa(code)
 }
 
 // safeCode is a provider's error code as retrace writes it into error.type
@@ -371,7 +392,7 @@ func errorType(err error) string {
 			return code
 		}
 		if api.StatusCode != 0 {
-			return strconv.Itoa(api.StatusCode)
+			return statusText(api.StatusCode)
 		}
 		if api.Code != "" {
 			return "_OTHER"

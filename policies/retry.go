@@ -245,6 +245,9 @@ type judge struct {
 	classifier *Classifier // the policy's own; nil → the layer's, else the defaults
 }
 
+// Classifier returns the policy's own classifier, nil if it has none.
+func (j judge) Classifier() *Classifier { return j.classifier }
+
 // Judge classifies err as the layer sees it, with the policy's classifier,
 // else fallback, else the defaults: its classification for the spans and
 // what the retry loop needs of it. An error of class Canceled while ctx is

@@ -454,7 +454,7 @@ func build(c config, now time.Time, br *benchRun, stat string, storms map[int]ma
 	peakNo, peakJ := storms[targetClients][bench.NoJitter].Peak, storms[targetClients][bench.Jitter].Peak
 	cut := 1 - float64(peakJ)/float64(peakNo)
 	p.Targets = append(p.Targets, targetRow{
-		Target:   fmt.Sprintf("the seed's jitter cuts the storm's peak by ≥ %g%% at %d clients", 100*targetPeakCut, targetClients),
+		Target:   fmt.Sprintf("`ToolRetry`'s jitter cuts the storm's peak by ≥ %g%% at %d clients", 100*targetPeakCut, targetClients),
 		Measured: fmt.Sprintf("%d → %d requests per %s: **−%.0f%%**", peakNo, peakJ, window(), 100*cut),
 		Holds:    holds(cut >= targetPeakCut),
 	})
