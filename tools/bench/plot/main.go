@@ -35,7 +35,9 @@ func run(in, out string) error {
 		return err
 	}
 	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
+	r := csv.NewReader(f)
+	r.Comment = '#' // the generator's first line says the file is generated
+	rows, err := r.ReadAll()
 	if err != nil {
 		return err
 	}
