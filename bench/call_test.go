@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	goruntime "runtime"
 	"testing"
 
 	"github.com/failsafe-go/failsafe-go"
@@ -165,6 +166,7 @@ func BenchmarkCall(b *testing.B) {
 				call := v.build(b, path == "failure")
 				ctx := context.Background()
 				b.ReportAllocs()
+				settle()
 				for b.Loop() {
 					if err := call(ctx); (err != nil) != (path == "failure") {
 						b.Fatalf("unexpected result: %v", err)
@@ -182,6 +184,7 @@ func BenchmarkCallParallel(b *testing.B) {
 			b.Run(path+"/"+v.name, func(b *testing.B) {
 				call := v.build(b, path == "failure")
 				b.ReportAllocs()
+				settle()
 				b.RunParallel(func(pb *testing.PB) {
 					ctx := context.Background()
 					for pb.Next() {
@@ -195,3 +198,8 @@ func BenchmarkCallParallel(b *testing.B) {
 		}
 	}
 }
+
+// settle collects the garbage the variants before left, before the timer
+// starts: each variant then pays for its own allocations only, not for a
+// collection that a previous one made due.
+func settle() { goruntime.GC() }

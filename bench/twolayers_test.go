@@ -240,6 +240,7 @@ func BenchmarkTwoLayers(b *testing.B) {
 			}
 			calls.Store(0)
 			b.ReportAllocs()
+			settle()
 			for b.Loop() {
 				_, _ = op(ctx, "q")
 			}
