@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -226,4 +227,17 @@ func TestRedactKeepsPlainMessages(t *testing.T) {
 		assert.Equal(t, s, Redact(s))
 	}
 	assert.Equal(t, "x SK-[REDACTED]", Redact("x SK-ABCDEF123456"), "case does not hide a key")
+}
+
+// A provider's code is its input: one that carries a key, or is no short
+// identifier, is written neither into error.type nor into the reason.
+func TestUnsafeCodeIsNotWritten(t *testing.T) {
+	for _, code := range []string{"sk-proj-abcdefghijklmnop0123", "invalid key: Bearer abcdefghijklmnopqrstuvwxyz", strings.Repeat("x", 65)} {
+		c := Classify(&APIError{StatusCode: 401, Code: code, Message: "no"})
+		assert.Equal(t, Permanent, c.Class)
+		assert.Equal(t, "401", c.Type, code)
+		assert.NotContains(t, c.Reason, code)
+		assert.NotContains(t, (&APIError{StatusCode: 401, Code: code}).Error(), "abcdefghijklmnop")
+	}
+	assert.Equal(t, "invalid_api_key", Classify(&APIError{StatusCode: 401, Code: "invalid_api_key"}).Type)
 }
