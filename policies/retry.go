@@ -79,12 +79,12 @@ func (c RetryConfig) OrPreset(preset RetryConfig) RetryConfig {
 	c.Backoff.Jitter = or(c.Backoff.Jitter, preset.Backoff.Jitter)
 	c.MaxRetryAfter = or(c.MaxRetryAfter, preset.MaxRetryAfter)
 	c.RetryUnknown = c.RetryUnknown || preset.RetryUnknown
-	c.Classifier = orNil(c.Classifier, preset.Classifier)
-	c.Clock = orNil(c.Clock, preset.Clock)
+	c.Classifier = or(c.Classifier, preset.Classifier)
+	c.Clock = or(c.Clock, preset.Clock)
 	if c.Rand == nil {
 		c.Rand = preset.Rand
 	}
-	c.Budget = orNil(c.Budget, preset.Budget)
+	c.Budget = or(c.Budget, preset.Budget)
 	return c
 }
 
@@ -95,8 +95,6 @@ func or[T comparable](v, preset T) T {
 	}
 	return v
 }
-
-func orNil[T comparable](v, preset T) T { return or(v, preset) }
 
 // SeededRand returns a deterministic jitter source, safe for concurrent use.
 func SeededRand(seed uint64) func() float64 {

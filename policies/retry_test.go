@@ -181,3 +181,24 @@ func TestFailedErrorMessages(t *testing.T) {
 	assert.ErrorIs(t, &FailedError{Outcome: OutcomeBudgetExhausted}, ErrBudgetExhausted)
 	assert.NotErrorIs(t, &FailedError{Outcome: OutcomeFailedPermanent}, retrypolicy.ErrExceeded)
 }
+
+// A config that leaves MaxAttempts zero takes its preset field by field and
+// keeps everything it set; one that sets MaxAttempts is used as it is.
+func TestOrPresetKeepsWhatIsSet(t *testing.T) {
+	cl := NewClassifier()
+	clk := clock.NewFake(epoch)
+	rnd := SeededRand(1)
+	got := RetryConfig{Classifier: cl, Clock: clk, Rand: rnd, Backoff: Backoff{Cap: time.Second}}.OrPreset(ToolRetry)
+	assert.Equal(t, ToolRetry.MaxAttempts, got.MaxAttempts)
+	assert.Equal(t, ToolRetry.Backoff.Base, got.Backoff.Base)
+	assert.Equal(t, time.Second, got.Backoff.Cap, "the cap it set")
+	assert.Equal(t, ToolRetry.Backoff.Jitter, got.Backoff.Jitter)
+	assert.Same(t, cl, got.Classifier)
+	assert.Equal(t, clk, got.Clock)
+	assert.NotNil(t, got.Rand)
+	assert.True(t, RetryConfig{}.OrPreset(RuntimeRetry).RetryUnknown)
+
+	own := RetryConfig{MaxAttempts: 2}
+	assert.Equal(t, own.MaxAttempts, own.OrPreset(ToolRetry).MaxAttempts)
+	assert.Zero(t, own.OrPreset(ToolRetry).Backoff.Base, "a config of its own is not mixed with the preset")
+}
