@@ -96,8 +96,13 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 			Failure: Failure{Class: Canceled}}
 	}
 	var delay time.Duration
+	permit := false // a rate-budget permit is held for the retry in flight
 	for n := 1; ; n++ {
 		res, err := a.Attempt(ctx, n, delay)
+		if permit {
+			r.Rate.ReleasePermit()
+			permit = false
+		}
 		if err == nil {
 			d := Decision{Outcome: OutcomeSuccess}
 			if n > 1 {
@@ -127,17 +132,15 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 			return res, Report{Attempts: n, Outcome: OutcomeCanceled, Err: err, Failure: f, Cause: serr,
 				Why: "during the " + Round(d.Delay).String() + " backoff"}
 		}
-		if d.permit {
-			r.Rate.ReleasePermit()
-		}
+		permit = d.permit
 		delay = d.Delay
 	}
 }
 
 // Decide decides what follows failed attempt n, asking g (if not nil)
 // whether the next attempt would be refused at once. A decision to retry
-// has drawn its retry from the budgets (Do releases a rate-budget permit
-// once the retry is made).
+// has drawn its retry from the budgets (Do holds a rate-budget permit while
+// the retry runs, and releases it when the retry ends).
 func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g Gate) Decision {
 	switch {
 	case ctx.Err() != nil:
