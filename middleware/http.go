@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/failsafe-go/failsafe-go"
 	"go.opentelemetry.io/otel"
@@ -163,11 +162,11 @@ func APIErrorFrom(resp *http.Response) *policies.APIError {
 		// {"error": "text"}
 		var text string
 		if json.Unmarshal(body.Error, &text) == nil {
-			e.Message = cutMessage(text)
+			e.Message = engine.Truncate(text, maxMessage)
 		}
 		return e
 	}
-	e.Message = cutMessage(detail.Message)
+	e.Message = engine.Truncate(detail.Message, maxMessage)
 	if code, ok := detail.Code.(string); ok && code != "" {
 		e.Code = code
 	} else {
@@ -178,17 +177,3 @@ func APIErrorFrom(resp *http.Response) *policies.APIError {
 
 // maxMessage is the longest message APIErrorFrom keeps, in bytes.
 const maxMessage = 1 << 10
-
-// cutMessage cuts msg to at most maxMessage bytes at a character boundary,
-// marking the cut with "…".
-func cutMessage(msg string) string {
-	if len(msg) <= maxMessage {
-		return msg
-	}
-	const mark = "…"
-	cut := maxMessage - len(mark)
-	for cut > 0 && !utf8.RuneStart(msg[cut]) {
-		cut--
-	}
-	return msg[:cut] + mark
-}

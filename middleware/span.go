@@ -53,23 +53,9 @@ func statusMessage(ctx context.Context, err error) string {
 	if fe, ok := err.(*policies.FailedError); ok {
 		s = fe.Error()
 	} else {
-		s = policies.Redact(errorText(err), engine.SecretsFrom(ctx)...)
+		s = policies.Redact(engine.ErrorText(err), engine.SecretsFrom(ctx)...)
 	}
-	if len(s) > 1024 {
-		s = s[:1024] + "…"
-	}
-	return s
-}
-
-// errorText is err.Error(), or what it panicked with: a handler's nil *T
-// error whose Error method dereferences must not take the layer down.
-func errorText(err error) (s string) {
-	defer func() {
-		if v := recover(); v != nil {
-			s = "error whose Error method panicked"
-		}
-	}()
-	return err.Error()
+	return engine.Truncate(s, 1024)
 }
 
 // circuitState is the retrace.circuit.state value of a breaker state.

@@ -18,6 +18,8 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/ratelimiter"
 	"github.com/failsafe-go/failsafe-go/timeout"
+
+	"github.com/retrace-go/retrace/internal/engine"
 )
 
 // Rule classifies the errors it recognises and reports false for the rest.
@@ -184,7 +186,7 @@ func classify(err error) Classification {
 	if e, direct := err.(*APIError); direct {
 		msg = e.Code + ": " + e.Message
 	} else {
-		msg = safeText(err)
+		msg = engine.ErrorText(err)
 	}
 	typ := errorType(err)
 	with := func(class Class, reason string) Classification {

@@ -186,16 +186,12 @@ func brief(err error, known ...string) string {
 	case *APIError:
 		s = Redact(e.text(), known...)
 	default:
-		s = Redact(safeText(err), known...)
+		s = Redact(engine.ErrorText(err), known...)
 	}
 	if strings.TrimSpace(s) == "" {
 		s = errorType(err) + " (empty message)"
 	}
-	s = oneLine(s)
-	if len(s) > 400 {
-		s = s[:400] + "…"
-	}
-	return s
+	return engine.Truncate(oneLine(s), 400)
 }
 
 // oneLine collapses runs of white space in s to one space, allocating only
@@ -207,18 +203,6 @@ func oneLine(s string) string {
 		}
 	}
 	return s
-}
-
-// safeText is err.Error(), or a description of the panic it raised: a
-// handler's nil *T error whose Error method dereferences must not take the
-// layer down.
-func safeText(err error) (s string) {
-	defer func() {
-		if v := recover(); v != nil {
-			s = fmt.Sprintf("%T (its Error method panicked: %v)", err, v)
-		}
-	}()
-	return err.Error()
 }
 
 // RejectedError is a call that a policy refused before it reached the

@@ -7,10 +7,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 )
@@ -314,14 +314,14 @@ func eventError(data []byte) error {
 			Message string `json:"message"`
 		}
 		if json.Unmarshal(data, &own) == nil {
-			e.Message = truncate(own.Message, maxEventMessage)
+			e.Message = engine.Truncate(own.Message, maxEventMessage)
 			if code, ok := own.Code.(string); ok && code != "" {
 				e.Code = code
 			} else if own.Type != "error" { // "error" names the envelope, not the error
 				e.Code = strings.TrimSpace(own.Type)
 			}
 		} else {
-			e.Message = truncate(strings.TrimSpace(string(data)), maxEventMessage)
+			e.Message = engine.Truncate(strings.TrimSpace(string(data)), maxEventMessage)
 		}
 	}
 	if policies.Classify(e).Class == policies.Unknown {
@@ -333,17 +333,3 @@ func eventError(data []byte) error {
 // maxEventMessage bounds the message of an error event decoded here, as
 // middleware.APIErrorFrom bounds the message of an error body.
 const maxEventMessage = 1 << 10
-
-// truncate cuts s to at most n bytes at a character boundary, marking the
-// cut with "…".
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	cut := max(n-len(mark), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}

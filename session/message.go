@@ -131,7 +131,7 @@ func ErrorText(err error) string {
 // errorText is ErrorText with the known secrets of the call redacted by
 // exact value too, before the patterns.
 func errorText(err error, known []string) string {
-	return truncate(describe(err, known), MaxErrorText)
+	return engine.Truncate(describe(err, known), MaxErrorText)
 }
 
 func describe(err error, known []string) string {

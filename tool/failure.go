@@ -105,25 +105,11 @@ func message(ctx context.Context, err error) string {
 		}
 		err = fe.Err
 	}
-	s := strings.Join(strings.Fields(policies.Redact(text(err), engine.SecretsFrom(ctx)...)), " ")
+	s := strings.Join(strings.Fields(policies.Redact(engine.ErrorText(err), engine.SecretsFrom(ctx)...)), " ")
 	if s == "" {
 		return "(no message)"
 	}
-	if len(s) > 500 {
-		s = s[:500] + "…"
-	}
-	return s
-}
-
-// text is err.Error(), or a note that it panicked: a tool's nil *T error
-// whose Error method dereferences must not take the agent down.
-func text(err error) (s string) {
-	defer func() {
-		if v := recover(); v != nil {
-			s = fmt.Sprintf("%T whose Error method panicked", err)
-		}
-	}()
-	return err.Error()
+	return engine.Truncate(s, 500)
 }
 
 func seconds(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
