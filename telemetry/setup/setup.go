@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -203,6 +204,7 @@ func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvide
 	}
 
 	var tpOpts []sdktrace.TracerProviderOption
+	var rec *recordingExporter
 	name := first(c.getenv("OTEL_SERVICE_NAME"), c.serviceName, filepath.Base(os.Args[0]))
 	tpOpts = append(tpOpts, sdktrace.WithResource(resource.NewSchemaless(telemetry.ServiceName.String(name))))
 	if c.sampler != nil {
@@ -226,7 +228,11 @@ func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvide
 		if err != nil {
 			return nil, nil, fmt.Errorf("setup: OTLP exporter for %s: %w", x.Endpoint, err)
 		}
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp, sdktrace.WithExportTimeout(c.shutdownTimeout)))
+		// The final export's deadline falls inside shutdown's, so a flush
+		// to an unreachable receiver always fails as an export the
+		// recorder sees, never as a race between the two deadlines.
+		rec = &recordingExporter{SpanExporter: exp}
+		tpOpts = append(tpOpts, sdktrace.WithBatcher(rec, sdktrace.WithExportTimeout(c.shutdownTimeout*9/10)))
 	}
 	if x.Console {
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(NewConsoleExporter(c.console)))
@@ -242,7 +248,18 @@ func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvide
 		once.Do(func() {
 			sctx, cancel := context.WithTimeout(ctx, c.shutdownTimeout)
 			defer cancel()
+			if rec != nil {
+				rec.failed.Store(nil)
+			}
 			err = tp.Shutdown(sctx)
+			if err == nil && rec != nil {
+				// The batcher hands a failed final export to the global error
+				// handler and reports success when its own deadline fired
+				// before shutdown's; the exporter saw the failure either way.
+				if e := rec.failed.Load(); e != nil {
+					err = *e
+				}
+			}
 			if err != nil && x.OTLP {
 				fmt.Fprintf(c.warnings, "retrace: could not flush spans to the OTLP receiver at %s within %s; spans were dropped (%v)\n",
 					x.Endpoint, c.shutdownTimeout, shortErr(err))
@@ -251,6 +268,21 @@ func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvide
 		return err
 	}
 	return tp, shutdown, nil
+}
+
+// recordingExporter remembers the last failed export, so that shutdown can
+// report a flush that failed whichever deadline ended it.
+type recordingExporter struct {
+	sdktrace.SpanExporter
+	failed atomic.Pointer[error]
+}
+
+func (r *recordingExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	err := r.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		r.failed.Store(&err)
+	}
+	return err
 }
 
 // parseHeaders reads "k1=v1,k2=v2". Values are never printed: they often
