@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/examples/faultserver"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/session"
 )
@@ -30,7 +30,7 @@ func depth(err error) int {
 // A rejected key through runtime.Exec → session → the real OpenAI client
 // is at most 4 errors deep and says "permanently" once.
 func TestRejectedKeyReadsOnce(t *testing.T) {
-	srv := faultserver.New(faultserver.Always(faultserver.InvalidAPIKey()))
+	srv := retracetest.New(retracetest.Always(retracetest.InvalidAPIKey()))
 	require.NoError(t, srv.Start())
 	t.Cleanup(srv.Close)
 	opts := []middleware.Option{middleware.WithClock(clock.NewVirtual(epoch))}

@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/examples/faultserver"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/session"
 	"github.com/retrace-go/retrace/telemetry"
@@ -28,9 +28,9 @@ type lookup struct {
 
 // loopFixture is a tool-using model played by the fault server, through the
 // real openai-go client, and a box with one tool.
-func loopFixture(t *testing.T, script faultserver.Script, maxSteps int) (*runtime.Loop, *faultserver.Server, *tracetest.SpanRecorder) {
+func loopFixture(t *testing.T, script retracetest.Script, maxSteps int) (*runtime.Loop, *retracetest.Server, *tracetest.SpanRecorder) {
 	t.Helper()
-	srv := faultserver.New(script)
+	srv := retracetest.New(script)
 	require.NoError(t, srv.Start())
 	t.Cleanup(srv.Close)
 	rec := tracetest.NewSpanRecorder()
@@ -49,19 +49,19 @@ func loopFixture(t *testing.T, script faultserver.Script, maxSteps int) (*runtim
 	return &runtime.Loop{Session: sess, Tools: box, MaxSteps: maxSteps, Options: opts}, srv, rec
 }
 
-func lastTool(req faultserver.Request) (faultserver.Message, bool) {
+func lastTool(req retracetest.Request) (retracetest.Message, bool) {
 	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == "tool" {
 		return req.Messages[n-1], true
 	}
-	return faultserver.Message{}, false
+	return retracetest.Message{}, false
 }
 
 func TestLoopCallsToolsThenAnswers(t *testing.T) {
-	loop, srv, rec := loopFixture(t, func(n int, req faultserver.Request) faultserver.Fault {
+	loop, srv, rec := loopFixture(t, func(n int, req retracetest.Request) retracetest.Fault {
 		if m, ok := lastTool(req); ok {
-			return faultserver.Reply("Found: " + m.Content)
+			return retracetest.Reply("Found: " + m.Content)
 		}
-		return faultserver.CallTools(faultserver.ToolCall{Name: "search_docs", Arguments: `{"query":"429 storm"}`})
+		return retracetest.CallTools(retracetest.ToolCall{Name: "search_docs", Arguments: `{"query":"429 storm"}`})
 	}, 0)
 
 	res, err := loop.Run(context.Background(), "What does the runbook say?")
@@ -90,7 +90,7 @@ func TestLoopCallsToolsThenAnswers(t *testing.T) {
 }
 
 func TestLoopStepLimit(t *testing.T) {
-	loop, srv, rec := loopFixture(t, faultserver.Always(faultserver.CallTools(faultserver.ToolCall{Name: "search_docs", Arguments: `{"query":"again"}`})), 3)
+	loop, srv, rec := loopFixture(t, retracetest.Always(retracetest.CallTools(retracetest.ToolCall{Name: "search_docs", Arguments: `{"query":"again"}`})), 3)
 
 	res, err := loop.Run(context.Background(), "loop forever")
 	require.ErrorIs(t, err, runtime.ErrStepLimit)
@@ -110,7 +110,7 @@ func TestLoopStepLimit(t *testing.T) {
 }
 
 func TestLoopSessionFailure(t *testing.T) {
-	loop, _, _ := loopFixture(t, faultserver.Always(faultserver.InvalidAPIKey()), 0)
+	loop, _, _ := loopFixture(t, retracetest.Always(retracetest.InvalidAPIKey()), 0)
 	_, err := loop.Run(context.Background(), "hi")
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "invalid_api_key"), err.Error())

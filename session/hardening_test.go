@@ -10,9 +10,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/examples/faultserver"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/session"
 )
 
@@ -28,9 +28,9 @@ func TestPanicsLeaveTheHistoryAsItWas(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			script := faultserver.Always(faultserver.ContextOverflow())
+			script := retracetest.Always(retracetest.ContextOverflow())
 			if name == "OnDelta" {
-				script = faultserver.Always(faultserver.Reply("hello there"))
+				script = retracetest.Always(retracetest.Reply("hello there"))
 			}
 			f := start(t, script, mod)
 			f.s.Append(session.Message{Role: session.User, Content: "earlier"}, session.Message{Role: session.Assistant, Content: "ok"})
@@ -50,7 +50,7 @@ func TestPanicsLeaveTheHistoryAsItWas(t *testing.T) {
 // no error, and not the history.
 func TestConfiguredKeyNeverLeaks(t *testing.T) {
 	const key = "Zq7xW2.tenant.91" // in no shape a pattern knows: only its exact value can redact it
-	srv := faultserver.New(faultserver.Always(faultserver.Status(401, "invalid_api_key", "invalid_request_error",
+	srv := retracetest.New(retracetest.Always(retracetest.Status(401, "invalid_api_key", "invalid_request_error",
 		"Incorrect API key provided: "+key+". You can find your API key at https://platform.openai.com/account/api-keys.")))
 	require.NoError(t, srv.Start())
 	t.Cleanup(srv.Close)

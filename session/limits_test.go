@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/examples/faultserver"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	rt "github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/session"
 )
@@ -26,7 +26,7 @@ import (
 // bounded is a session against a fault server whose answers the client
 // counts as it reads them from the network.
 type bounded struct {
-	srv  *faultserver.Server
+	srv  *retracetest.Server
 	read *atomic.Int64 // body bytes the client read
 	clk  *clock.Fake
 	s    *session.Session
@@ -35,9 +35,9 @@ type bounded struct {
 // startBounded starts a fault server with script and a session against it
 // through the real openai-go client with the given limits, on a virtual
 // clock. A zero retry is the session's default.
-func startBounded(t *testing.T, script faultserver.Script, limits session.Limits, retry policies.RetryConfig) *bounded {
+func startBounded(t *testing.T, script retracetest.Script, limits session.Limits, retry policies.RetryConfig) *bounded {
 	t.Helper()
-	srv := faultserver.New(script)
+	srv := retracetest.New(script)
 	require.NoError(t, srv.Start())
 	t.Cleanup(srv.Close)
 	ct := &countingTransport{base: &http.Transport{}}
@@ -104,7 +104,7 @@ func TestEventOverTheLimit(t *testing.T) {
 		lineBytes int
 	}{{"one line", 0}, {"lines of 1 KiB", 1 << 10}} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := startBounded(t, faultserver.Always(faultserver.HugeEvent(size, tc.lineBytes)), session.Limits{}, policies.RetryConfig{})
+			b := startBounded(t, retracetest.Always(retracetest.HugeEvent(size, tc.lineBytes)), session.Limits{}, policies.RetryConfig{})
 			var err error
 			alloc := allocated(func() { _, err = b.s.Run(context.Background(), "hi") })
 			require.Error(t, err)
@@ -128,7 +128,7 @@ func TestEventOverTheLimit(t *testing.T) {
 // A limit above the SDK's own line limit meets the SDK's: a line over 32 MiB
 // is the same permanent error, naming the SDK's limit, never unknown.
 func TestLineOverTheSDKLimit(t *testing.T) {
-	b := startBounded(t, faultserver.Always(faultserver.HugeEvent(40<<20, 0)), session.Limits{MaxEventBytes: 64 << 20}, policies.RetryConfig{})
+	b := startBounded(t, retracetest.Always(retracetest.HugeEvent(40<<20, 0)), session.Limits{MaxEventBytes: 64 << 20}, policies.RetryConfig{})
 	_, err := b.s.Run(context.Background(), "hi")
 	require.Error(t, err)
 	c := policies.Classify(err)
@@ -225,7 +225,7 @@ func TestErrorBodyOverTheLimit(t *testing.T) {
 		requests int
 	}{{500, policies.Transient, 4}, {401, policies.Permanent, 1}} {
 		t.Run(http.StatusText(tc.status), func(t *testing.T) {
-			b := startBounded(t, faultserver.Always(faultserver.HugeError(tc.status, size)), session.Limits{}, policies.RetryConfig{})
+			b := startBounded(t, retracetest.Always(retracetest.HugeError(tc.status, size)), session.Limits{}, policies.RetryConfig{})
 			var (
 				msg session.Message
 				err error
@@ -251,13 +251,13 @@ func TestErrorBodyOverTheLimit(t *testing.T) {
 // MaxErrorBodyBytes can be lowered: an error object past it is not decoded,
 // and the answer is classified by its status alone.
 func TestErrorBodyLimitCanBeChanged(t *testing.T) {
-	quota := faultserver.InsufficientQuota()
+	quota := retracetest.InsufficientQuota()
 	for _, tc := range []struct {
 		limit int64
 		class policies.Class
 		code  string
 	}{{1 << 10, policies.Fatal, "insufficient_quota"}, {40, policies.Transient, ""}} {
-		b := startBounded(t, faultserver.Always(quota), session.Limits{MaxErrorBodyBytes: tc.limit}, policies.RetryConfig{MaxAttempts: 1})
+		b := startBounded(t, retracetest.Always(quota), session.Limits{MaxErrorBodyBytes: tc.limit}, policies.RetryConfig{MaxAttempts: 1})
 		_, err := b.s.Run(context.Background(), "hi")
 		var api *policies.APIError
 		require.ErrorAs(t, err, &api)
@@ -272,7 +272,7 @@ func TestErrorBodyLimitCanBeChanged(t *testing.T) {
 // marked with "…".
 func TestErrorMessageIsCut(t *testing.T) {
 	long := strings.Repeat("é", 25<<10) // 50 KiB of two-byte characters
-	b := startBounded(t, faultserver.Always(faultserver.Status(500, "server_error", "server_error", long)), session.Limits{}, policies.RetryConfig{MaxAttempts: 1})
+	b := startBounded(t, retracetest.Always(retracetest.Status(500, "server_error", "server_error", long)), session.Limits{}, policies.RetryConfig{MaxAttempts: 1})
 	msg, err := b.s.Run(context.Background(), "hi")
 	var api *policies.APIError
 	require.ErrorAs(t, err, &api)
@@ -308,16 +308,16 @@ func TestErrorTextIsCut(t *testing.T) {
 // it; a 503 is transient.
 func TestStringErrorClassifiedByStatus(t *testing.T) {
 	for _, tc := range []struct {
-		fault    faultserver.Fault
+		fault    retracetest.Fault
 		class    policies.Class
 		requests int
 	}{
-		{faultserver.StringError(401, "Invalid API key"), policies.Permanent, 1},
-		{faultserver.StringError(403, "Forbidden"), policies.Permanent, 1},
-		{faultserver.StringError(503, "upstream connect error"), policies.Transient, 4},
+		{retracetest.StringError(401, "Invalid API key"), policies.Permanent, 1},
+		{retracetest.StringError(403, "Forbidden"), policies.Permanent, 1},
+		{retracetest.StringError(503, "upstream connect error"), policies.Transient, 4},
 	} {
 		t.Run(tc.fault.String(), func(t *testing.T) {
-			b := startBounded(t, faultserver.Always(tc.fault), session.Limits{}, policies.RetryConfig{})
+			b := startBounded(t, retracetest.Always(tc.fault), session.Limits{}, policies.RetryConfig{})
 			_, err := b.s.Run(context.Background(), "hi")
 			require.Error(t, err)
 			assert.Equal(t, tc.class, policies.Classify(err).Class)
@@ -329,7 +329,7 @@ func TestStringErrorClassifiedByStatus(t *testing.T) {
 		})
 	}
 	t.Run("through a runtime", func(t *testing.T) {
-		b := startBounded(t, faultserver.Always(faultserver.StringError(401, "Invalid API key")), session.Limits{}, policies.RetryConfig{})
+		b := startBounded(t, retracetest.Always(retracetest.StringError(401, "Invalid API key")), session.Limits{}, policies.RetryConfig{})
 		r := rt.New(b.s, rt.Config{Options: []middleware.Option{middleware.WithClock(b.clk)}})
 		_, err := r.Exec(context.Background(), "hi")
 		require.Error(t, err)
@@ -342,30 +342,30 @@ func TestStringErrorClassifiedByStatus(t *testing.T) {
 // type, as its HTTP twin is: whether it comes as data with an "error" member
 // or as an event named "error", in OpenAI's or Anthropic's shape.
 func TestErrorEventClassifiedAsItsHTTPTwin(t *testing.T) {
-	named := func(data string) faultserver.Fault {
-		return faultserver.ErrorEvent(2, "", "", "").WithEvent("error").WithBody(data)
+	named := func(data string) retracetest.Fault {
+		return retracetest.ErrorEvent(2, "", "", "").WithEvent("error").WithBody(data)
 	}
 	for _, tc := range []struct {
 		name  string
-		fault faultserver.Fault
+		fault retracetest.Fault
 		class policies.Class
 		code  string // the APIError's code; empty when the error is not an APIError
 	}{
-		{"insufficient_quota", faultserver.ErrorEvent(2, "insufficient_quota", "insufficient_quota", "You exceeded your current quota."), policies.Fatal, "insufficient_quota"},
-		{"server_error without a transient word", faultserver.ErrorEvent(2, "", "server_error", "The server had an error while processing your request."), policies.Transient, "server_error"},
-		{"overloaded", faultserver.ErrorEvent(1, "overloaded", "overloaded", "Please try again later."), policies.Transient, "overloaded"},
-		{"overloaded_error", faultserver.ErrorEvent(1, "", "overloaded_error", "Please try again later."), policies.Transient, "overloaded_error"},
-		{"rate_limit_exceeded", faultserver.ErrorEvent(2, "rate_limit_exceeded", "requests", "Please try again later."), policies.Transient, "rate_limit_exceeded"},
-		{"context_length_exceeded", faultserver.ErrorEvent(0, "context_length_exceeded", "invalid_request_error", "Too many tokens."), policies.ContextOverflow, "context_length_exceeded"},
-		{"invalid_request_error", faultserver.ErrorEvent(0, "", "invalid_request_error", "Bad argument."), policies.Permanent, "invalid_request_error"},
+		{"insufficient_quota", retracetest.ErrorEvent(2, "insufficient_quota", "insufficient_quota", "You exceeded your current quota."), policies.Fatal, "insufficient_quota"},
+		{"server_error without a transient word", retracetest.ErrorEvent(2, "", "server_error", "The server had an error while processing your request."), policies.Transient, "server_error"},
+		{"overloaded", retracetest.ErrorEvent(1, "overloaded", "overloaded", "Please try again later."), policies.Transient, "overloaded"},
+		{"overloaded_error", retracetest.ErrorEvent(1, "", "overloaded_error", "Please try again later."), policies.Transient, "overloaded_error"},
+		{"rate_limit_exceeded", retracetest.ErrorEvent(2, "rate_limit_exceeded", "requests", "Please try again later."), policies.Transient, "rate_limit_exceeded"},
+		{"context_length_exceeded", retracetest.ErrorEvent(0, "context_length_exceeded", "invalid_request_error", "Too many tokens."), policies.ContextOverflow, "context_length_exceeded"},
+		{"invalid_request_error", retracetest.ErrorEvent(0, "", "invalid_request_error", "Bad argument."), policies.Permanent, "invalid_request_error"},
 		{"named, Anthropic's shape", named(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), policies.Transient, "overloaded_error"},
 		{"named, its own code", named(`{"type":"error","code":"insufficient_quota","message":"Quota exceeded."}`), policies.Fatal, "insufficient_quota"},
 		{"named, its own type", named(`{"type":"server_error","message":"Try later."}`), policies.Transient, "server_error"},
 		{"named, not JSON", named(`upstream went away`), policies.Transient, ""},
-		{"error as text", faultserver.ErrorEvent(2, "", "", "").WithBody(`{"error":"Internal error"}`), policies.Transient, ""},
+		{"error as text", retracetest.ErrorEvent(2, "", "", "").WithBody(`{"error":"Internal error"}`), policies.Transient, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := startBounded(t, faultserver.Always(tc.fault), session.Limits{}, policies.RetryConfig{})
+			b := startBounded(t, retracetest.Always(tc.fault), session.Limits{}, policies.RetryConfig{})
 			_, err := b.s.Run(context.Background(), "hi")
 			require.Error(t, err)
 			c := policies.Classify(err)

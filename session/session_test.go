@@ -15,9 +15,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/examples/faultserver"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/session"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var epoch = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 
 type fixture struct {
-	srv *faultserver.Server
+	srv *retracetest.Server
 	rec *tracetest.SpanRecorder
 	clk *clock.Fake
 	s   *session.Session
@@ -35,9 +35,9 @@ type fixture struct {
 
 // start runs a fault server with script and a session against it through
 // the real openai-go client, on a virtual clock.
-func start(t *testing.T, script faultserver.Script, mod func(*session.Config)) *fixture {
+func start(t *testing.T, script retracetest.Script, mod func(*session.Config)) *fixture {
 	t.Helper()
-	srv := faultserver.New(script)
+	srv := retracetest.New(script)
 	require.NoError(t, srv.Start())
 	t.Cleanup(srv.Close)
 	rec := tracetest.NewSpanRecorder()
@@ -88,7 +88,7 @@ func v(s sdktrace.ReadOnlySpan, k attribute.Key) string {
 
 func TestStreamingSuccess(t *testing.T) {
 	var deltas []string
-	f := start(t, faultserver.Always(faultserver.Reply("All systems nominal.")), func(c *session.Config) {
+	f := start(t, retracetest.Always(retracetest.Reply("All systems nominal.")), func(c *session.Config) {
 		c.OnDelta = func(d session.Delta) { deltas = append(deltas, d.Text) }
 	})
 	msg, err := f.s.Run(context.Background(), "status?")
@@ -118,7 +118,7 @@ func TestStreamingSuccess(t *testing.T) {
 	assert.Equal(t, []string{"user", "assistant"}, historyRoles(f.s.History()))
 }
 
-func roles(ms []faultserver.Message) []string {
+func roles(ms []retracetest.Message) []string {
 	var out []string
 	for _, m := range ms {
 		out = append(out, m.Role)
@@ -137,7 +137,7 @@ func historyRoles(ms []session.Message) []string {
 // The failed assistant message is popped before the retry: the retried
 // request does not contain it.
 func TestFailedMessagePoppedBeforeRetry(t *testing.T) {
-	f := start(t, faultserver.Sequence(faultserver.ServerError(503), faultserver.ServerError(502), faultserver.OK()), nil)
+	f := start(t, retracetest.Sequence(retracetest.ServerError(503), retracetest.ServerError(502), retracetest.OK()), nil)
 	f.s.Append(session.Message{Role: session.User, Content: "earlier"}, session.Message{Role: session.Assistant, Content: "earlier answer", StopReason: session.StopEnd})
 
 	_, err := f.s.Run(context.Background(), "now")
@@ -167,21 +167,21 @@ func TestFailedMessagePoppedBeforeRetry(t *testing.T) {
 // A stream that ends without a finish reason, cleanly or by a reset, is the
 // dropped stream: an error with an empty message, retried.
 func TestDroppedStreamRetried(t *testing.T) {
-	for name, drop := range map[string]faultserver.Fault{
-		"clean end before [DONE]": faultserver.StreamEOF(2),
-		"connection reset":        faultserver.StreamReset(2),
+	for name, drop := range map[string]retracetest.Fault{
+		"clean end before [DONE]": retracetest.StreamEOF(2),
+		"connection reset":        retracetest.StreamReset(2),
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := start(t, faultserver.Sequence(drop, faultserver.OK()), nil)
+			f := start(t, retracetest.Sequence(drop, retracetest.OK()), nil)
 			msg, err := f.s.Run(context.Background(), "hi")
 			require.NoError(t, err)
-			assert.Equal(t, faultserver.DefaultReply, msg.Content)
+			assert.Equal(t, retracetest.DefaultReply, msg.Content)
 			assert.Equal(t, 2, f.srv.Requests())
 			attempt := f.rec.Ended()[1] // the first session attempt ended second, after its model span
 			assert.Equal(t, "transient", v(attempt, telemetry.ErrorClass))
 		})
 		t.Run(name+", always", func(t *testing.T) {
-			f := start(t, faultserver.Always(drop), nil)
+			f := start(t, retracetest.Always(drop), nil)
 			msg, err := f.s.Run(context.Background(), "hi")
 			require.Error(t, err)
 			assert.Equal(t, 4, f.srv.Requests())
@@ -195,13 +195,13 @@ func TestDroppedStreamRetried(t *testing.T) {
 }
 
 func TestContextOverflowCompacts(t *testing.T) {
-	f := start(t, faultserver.Sequence(faultserver.ContextOverflow(), faultserver.OK()), nil)
+	f := start(t, retracetest.Sequence(retracetest.ContextOverflow(), retracetest.OK()), nil)
 	for i := range 4 {
 		f.s.Append(session.Message{Role: session.User, Content: "old question"}, session.Message{Role: session.Assistant, Content: "old answer " + string(rune('a'+i)), StopReason: session.StopEnd})
 	}
 	msg, err := f.s.Run(context.Background(), "latest")
 	require.NoError(t, err)
-	assert.Equal(t, faultserver.DefaultReply, msg.Content)
+	assert.Equal(t, retracetest.DefaultReply, msg.Content)
 	got := f.srv.Received()
 	require.Len(t, got, 2, "one overflow, one call after compaction: no transient retry")
 	assert.Len(t, got[0].Messages, 1+8+1)
@@ -217,19 +217,19 @@ func TestContextOverflowCompacts(t *testing.T) {
 }
 
 func TestContextOverflowCannotCompact(t *testing.T) {
-	f := start(t, faultserver.Always(faultserver.ContextOverflow()), nil)
+	f := start(t, retracetest.Always(retracetest.ContextOverflow()), nil)
 	_, err := f.s.Run(context.Background(), "a very long prompt")
 	require.ErrorIs(t, err, session.ErrCannotCompact)
 	assert.Equal(t, 1, f.srv.Requests())
 }
 
 func TestRetryAfterHonoured(t *testing.T) {
-	f := start(t, faultserver.Sequence(faultserver.RateLimited(5*time.Second), faultserver.OK()), nil)
+	f := start(t, retracetest.Sequence(retracetest.RateLimited(5*time.Second), retracetest.OK()), nil)
 	_, err := f.s.Run(context.Background(), "hi")
 	require.NoError(t, err)
 	assert.Equal(t, []time.Duration{5 * time.Second}, f.clk.Slept(), "Retry-After 5 s outweighs the 2 s backoff")
 
-	g := start(t, faultserver.Sequence(faultserver.RateLimitedMs(2500*time.Millisecond), faultserver.OK()), nil)
+	g := start(t, retracetest.Sequence(retracetest.RateLimitedMs(2500*time.Millisecond), retracetest.OK()), nil)
 	_, err = g.s.Run(context.Background(), "hi")
 	require.NoError(t, err)
 	assert.Equal(t, []time.Duration{2500 * time.Millisecond}, g.clk.Slept())
@@ -237,16 +237,16 @@ func TestRetryAfterHonoured(t *testing.T) {
 
 func TestPermanentAndFatalNotRetried(t *testing.T) {
 	for _, tt := range []struct {
-		fault faultserver.Fault
+		fault retracetest.Fault
 		class policies.Class
 		text  string
 	}{
-		{faultserver.InvalidAPIKey(), policies.Permanent, "APIError: 401 invalid_api_key: Incorrect API key provided: sk-[REDACTED]"},
-		{faultserver.InsufficientQuota(), policies.Fatal, "APIError: 429 insufficient_quota: You exceeded your current quota"},
-		{faultserver.InvalidImage(), policies.Permanent, "APIError: 400 invalid_image: Invalid image"},
+		{retracetest.InvalidAPIKey(), policies.Permanent, "APIError: 401 invalid_api_key: Incorrect API key provided: sk-[REDACTED]"},
+		{retracetest.InsufficientQuota(), policies.Fatal, "APIError: 429 insufficient_quota: You exceeded your current quota"},
+		{retracetest.InvalidImage(), policies.Permanent, "APIError: 400 invalid_image: Invalid image"},
 	} {
 		t.Run(tt.fault.String(), func(t *testing.T) {
-			f := start(t, faultserver.Always(tt.fault), nil)
+			f := start(t, retracetest.Always(tt.fault), nil)
 			msg, err := f.s.Run(context.Background(), "hi")
 			require.Error(t, err)
 			assert.Equal(t, 1, f.srv.Requests())
@@ -259,12 +259,12 @@ func TestPermanentAndFatalNotRetried(t *testing.T) {
 
 // Bad input from the provider is a classified error, never a panic.
 func TestMalformedProviderAnswers(t *testing.T) {
-	for name, fault := range map[string]faultserver.Fault{
-		"malformed SSE event": faultserver.Malformed(),
-		"not JSON":            faultserver.BadJSON(),
+	for name, fault := range map[string]retracetest.Fault{
+		"malformed SSE event": retracetest.Malformed(),
+		"not JSON":            retracetest.BadJSON(),
 	} {
 		t.Run(name, func(t *testing.T) {
-			f := start(t, faultserver.Always(fault), func(c *session.Config) { c.Retry = policies.RetryConfig{MaxAttempts: 1} })
+			f := start(t, retracetest.Always(fault), func(c *session.Config) { c.Retry = policies.RetryConfig{MaxAttempts: 1} })
 			_, err := f.s.Run(context.Background(), "hi")
 			require.Error(t, err)
 			c := policies.Classify(err)
@@ -279,9 +279,9 @@ func TestMalformedProviderAnswers(t *testing.T) {
 func TestHangCutByAttemptTimeout(t *testing.T) {
 	arrived := make(chan struct{}, 1)
 	clk := clock.NewFake(epoch)
-	f := start(t, func(n int, _ faultserver.Request) faultserver.Fault {
+	f := start(t, func(n int, _ retracetest.Request) retracetest.Fault {
 		arrived <- struct{}{}
-		return faultserver.Hang()
+		return retracetest.Hang()
 	}, func(c *session.Config) {
 		c.Retry = policies.RetryConfig{MaxAttempts: 1}
 		c.ModelTimeout = 30 * time.Second
@@ -331,7 +331,7 @@ func TestDropOldest(t *testing.T) {
 // A turn that overflows again after compaction fails, and leaves the
 // history as it was before the call: nothing lost, nothing half-compacted.
 func TestOverflowAfterCompactionRestoresHistory(t *testing.T) {
-	f := start(t, faultserver.Always(faultserver.ContextOverflow()), nil)
+	f := start(t, retracetest.Always(retracetest.ContextOverflow()), nil)
 	for i := range 4 {
 		f.s.Append(session.Message{Role: session.User, Content: "q"}, session.Message{Role: session.Assistant, Content: "a" + string(rune('0'+i)), StopReason: session.StopEnd})
 	}

@@ -25,9 +25,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/examples/faultserver"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/session"
 	"github.com/retrace-go/retrace/telemetry"
@@ -114,25 +114,25 @@ func faultAt(seed uint64, i, n int) fault {
 	case kind429:
 		f.retryAfter = time.Duration(1+rng.IntN(5)) * time.Second
 	case kindReset, kindEOF:
-		f.chunks = rng.IntN(len(faultserver.ReplyChunks(faultserver.DefaultReply)) + 1)
+		f.chunks = rng.IntN(len(retracetest.ReplyChunks(retracetest.DefaultReply)) + 1)
 	}
 	return f
 }
 
-func (f fault) answer() faultserver.Fault {
+func (f fault) answer() retracetest.Fault {
 	switch f.kind {
 	case kind503:
-		return faultserver.ServerError(http.StatusServiceUnavailable)
+		return retracetest.ServerError(http.StatusServiceUnavailable)
 	case kind429:
-		return faultserver.RateLimited(f.retryAfter)
+		return retracetest.RateLimited(f.retryAfter)
 	case kindReset:
-		return faultserver.StreamReset(f.chunks)
+		return retracetest.StreamReset(f.chunks)
 	case kindEOF:
-		return faultserver.StreamEOF(f.chunks)
+		return retracetest.StreamEOF(f.chunks)
 	case kind401:
-		return faultserver.InvalidAPIKey()
+		return retracetest.InvalidAPIKey()
 	}
-	return faultserver.OK()
+	return retracetest.OK()
 }
 
 // expectation is how a logical call must end, by the layers' documented
@@ -308,7 +308,7 @@ func (p *problems) report(t *testing.T) {
 // what the server and the spans saw of each logical call.
 type soak struct {
 	seed                       uint64
-	srv                        *faultserver.Server
+	srv                        *retracetest.Server
 	provider                   *session.OpenAI
 	tp                         *sdktrace.TracerProvider
 	roots                      *rootSpans
@@ -324,7 +324,7 @@ type soak struct {
 }
 
 // script answers each request with its logical call's next fault.
-func (s *soak) script(_ int, req faultserver.Request) faultserver.Fault {
+func (s *soak) script(_ int, req retracetest.Request) retracetest.Fault {
 	i := -1
 	for _, m := range slices.Backward(req.Messages) {
 		if m.Role == "user" {
@@ -338,7 +338,7 @@ func (s *soak) script(_ int, req faultserver.Request) faultserver.Fault {
 	}
 	if i < 0 {
 		s.unparsed.Add(1)
-		return faultserver.OK()
+		return retracetest.OK()
 	}
 	if m := req.Messages; len(m) != 2 || m[0].Role != "system" || m[1].Role != "user" || !req.Stream || !req.IncludeUsage {
 		// A failed turn's message must not reach the next request, and a
@@ -418,7 +418,7 @@ func (s *soak) check(i int, msg session.Message, err error, slept []time.Duratio
 	if !want.outcome.Failed() {
 		if err != nil {
 			s.problems.add("Exec failed where the call should succeed", "call %d: %v", i, err)
-		} else if msg.Content != faultserver.DefaultReply {
+		} else if msg.Content != retracetest.DefaultReply {
 			s.problems.add("wrong reply", "call %d: %q", i, msg.Content)
 		}
 		return
@@ -486,7 +486,7 @@ func TestChaosSoak(t *testing.T) {
 		state:        make([]atomic.Int32, soakCalls),
 		problems:     problems{count: map[string]int{}, examples: map[string][]string{}},
 	}
-	s.srv = faultserver.New(s.script)
+	s.srv = retracetest.New(s.script)
 	require.NoError(t, s.srv.Start())
 	t.Cleanup(s.srv.Close)
 	s.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(s.roots))

@@ -16,8 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/examples/faultserver"
 	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/session"
 	"github.com/retrace-go/retrace/telemetry"
@@ -94,7 +94,7 @@ func (d *demo) scenario(ctx context.Context, sc scenario) (result, error) {
 	if sc.custom != nil {
 		return sc.custom(d, ctx)
 	}
-	srv := faultserver.New(sc.script)
+	srv := retracetest.New(sc.script)
 	if err := srv.Start(); err != nil {
 		return result{}, err
 	}

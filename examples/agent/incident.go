@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/examples/faultserver"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/session"
 	"github.com/retrace-go/retrace/tool"
@@ -99,10 +99,10 @@ func (c *cache) search(_ context.Context, a searchArgs) (string, error) {
 
 // model plays the agent's LLM on the fault server: it searches the docs,
 // reads what the tool said, and answers once it has something.
-func model(n int, req faultserver.Request) faultserver.Fault {
+func model(n int, req retracetest.Request) retracetest.Fault {
 	last := req.Messages[len(req.Messages)-1]
-	call := func(name string) faultserver.Fault {
-		return faultserver.CallTools(faultserver.ToolCall{Name: name, Arguments: `{"query":"payment API 429 incident"}`})
+	call := func(name string) retracetest.Fault {
+		return retracetest.CallTools(retracetest.ToolCall{Name: name, Arguments: `{"query":"payment API 429 incident"}`})
 	}
 	if last.Role != "tool" {
 		return call("search_docs")
@@ -120,11 +120,11 @@ func model(n int, req faultserver.Request) faultserver.Fault {
 	if strings.HasPrefix(last.Content, "error:") {
 		return call("search_docs") // a bare error text: the model can only try again
 	}
-	return faultserver.Reply("From " + toolName(req.Messages, last.ToolCallID) + ": " + last.Content)
+	return retracetest.Reply("From " + toolName(req.Messages, last.ToolCallID) + ": " + last.Content)
 }
 
 // toolName finds the tool a tool message answers, by its call's ID.
-func toolName(msgs []faultserver.Message, callID string) string {
+func toolName(msgs []retracetest.Message, callID string) string {
 	for _, m := range msgs {
 		for _, c := range m.ToolCalls {
 			if c.ID == callID {
@@ -165,7 +165,7 @@ func bare[A, R any](fn func(context.Context, A) (R, error)) func(context.Context
 // incident runs the loop twice against the same outage: naive, then
 // governed, and reports both.
 func (d *demo) incident(ctx context.Context) (result, error) {
-	srv := faultserver.New(model)
+	srv := retracetest.New(model)
 	if err := srv.Start(); err != nil {
 		return result{}, err
 	}

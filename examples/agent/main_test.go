@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/retracetest"
 )
 
 func TestMain(m *testing.M) {
@@ -98,7 +98,7 @@ func TestBadFlags(t *testing.T) {
 // -base-url runs one live prompt against any OpenAI-compatible endpoint;
 // here the fault server stands in for one.
 func TestLiveAgainstAnEndpoint(t *testing.T) {
-	srv := faultserver.New(faultserver.Sequence(faultserver.ServerError(502), faultserver.Reply("Live and well.")))
+	srv := retracetest.New(retracetest.Sequence(retracetest.ServerError(502), retracetest.Reply("Live and well.")))
 	require.NoError(t, srv.Start())
 	defer srv.Close()
 	env := func(k string) string {

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/session"
 )
 
@@ -14,7 +14,7 @@ type scenario struct {
 	name  string
 	about string
 	// script is what the provider does with each request.
-	script faultserver.Script
+	script retracetest.Script
 	// history is the conversation before the prompt.
 	history []session.Message
 	// singleOwner runs exec at one attempt: the session alone retries.
@@ -35,8 +35,8 @@ type expectation struct {
 
 // hint503 is a 503 whose retry-after-ms tells the SDK to retry at once, so
 // that its hidden retries cost no wall time in the demo.
-func hint503() faultserver.Fault {
-	f := faultserver.ServerError(503)
+func hint503() retracetest.Fault {
+	f := retracetest.ServerError(503)
 	f.Header = http.Header{"Retry-After-Ms": {"1"}}
 	return f
 }
@@ -56,51 +56,51 @@ func scenarios() []scenario {
 		{
 			name:   "always-503",
 			about:  "the provider is down: exec (3 attempts) × session (4 attempts) = 12 provider requests",
-			script: faultserver.Always(faultserver.ServerError(503)),
+			script: retracetest.Always(retracetest.ServerError(503)),
 			want:   expectation{requests: 12, outcome: "failed_exhausted", diag: "failed after 3 attempts: session: failed after 4 attempts"},
 		},
 		{
 			name:   "stream-drop",
 			about:  "the stream ends early, then resets: errors with empty messages, which the session retries",
-			script: faultserver.Sequence(faultserver.StreamEOF(2), faultserver.StreamReset(3), faultserver.OK()),
+			script: retracetest.Sequence(retracetest.StreamEOF(2), retracetest.StreamReset(3), retracetest.OK()),
 			want:   expectation{requests: 3, outcome: "success"},
 		},
 		{
 			name:   "invalid-api-key",
 			about:  "a wrong key fails identically every time: one request, failed permanently",
-			script: faultserver.Always(faultserver.InvalidAPIKey()),
+			script: retracetest.Always(retracetest.InvalidAPIKey()),
 			want:   expectation{requests: 1, outcome: "failed_permanent", diag: "failed permanently: APIError: 401 invalid_api_key"},
 		},
 		{
 			name:    "context-overflow",
 			about:   "the history overflows the context: compaction, then one more call, not a retry",
-			script:  faultserver.Sequence(faultserver.ContextOverflow(), faultserver.OK()),
+			script:  retracetest.Sequence(retracetest.ContextOverflow(), retracetest.OK()),
 			history: olderTurns(6),
 			want:    expectation{requests: 2, outcome: "success"},
 		},
 		{
 			name:   "rate-limited",
 			about:  "429 with Retry-After 5 s, twice: the session waits 5 s, not its 2 s and 4 s",
-			script: faultserver.Sequence(faultserver.RateLimited(5*time.Second), faultserver.RateLimited(5*time.Second), faultserver.OK()),
+			script: retracetest.Sequence(retracetest.RateLimited(5*time.Second), retracetest.RateLimited(5*time.Second), retracetest.OK()),
 			want:   expectation{requests: 3, outcome: "success"},
 		},
 		{
 			name:   "insufficient-quota",
 			about:  "the quota is spent: fatal, nothing in this task can succeed, stop at once",
-			script: faultserver.Always(faultserver.InsufficientQuota()),
+			script: retracetest.Always(retracetest.InsufficientQuota()),
 			want:   expectation{requests: 1, outcome: "failed_fatal", diag: "failed fatally, nothing in this task can succeed: APIError: 429 insufficient_quota"},
 		},
 		{
 			name:        "single-owner",
 			about:       "the same outage with exec at 1 attempt: the session alone retries, 4 requests instead of 12",
-			script:      faultserver.Always(faultserver.ServerError(503)),
+			script:      retracetest.Always(retracetest.ServerError(503)),
 			singleOwner: true,
 			want:        expectation{requests: 4, outcome: "failed_exhausted", diag: "failed after 4 attempts: APIError: 503"},
 		},
 		{
 			name:       "hidden-layer",
 			about:      "the SDK's own retries back on (2): each model call is 3 HTTP requests, 3 × 4 × 3 = 36",
-			script:     faultserver.Always(hint503()),
+			script:     retracetest.Always(hint503()),
 			sdkRetries: 2,
 			want:       expectation{requests: 36, outcome: "failed_exhausted", diag: "failed after 3 attempts: session: failed after 4 attempts"},
 		},

@@ -1,4 +1,4 @@
-// Package faultserver is a local, fault-injecting server that speaks the
+// Package retracetest is a local, fault-injecting server that speaks the
 // OpenAI chat-completions protocol, so that tests and demos can show exactly
 // how many provider calls a stack of retry layers makes.
 //
@@ -26,10 +26,10 @@
 // multiplied by the server's time scale (see [Server.SetTimeScale]), while the
 // Retry-After values a fault sends are always in real units.
 //
-//	srv := faultserver.New(faultserver.Sequence(
-//		faultserver.RateLimited(2*time.Second),
-//		faultserver.ServerError(503),
-//		faultserver.OK(),
+//	srv := retracetest.New(retracetest.Sequence(
+//		retracetest.RateLimited(2*time.Second),
+//		retracetest.ServerError(503),
+//		retracetest.OK(),
 //	))
 //	if err := srv.Start(); err != nil {
 //		return err
@@ -46,13 +46,13 @@
 // ID and name followed by chunks with pieces of its arguments, and the answer
 // ends with finish_reason "tool_calls".
 //
-//	srv := faultserver.New(func(n int, req faultserver.Request) faultserver.Fault {
+//	srv := retracetest.New(func(n int, req retracetest.Request) retracetest.Fault {
 //		if m := req.Messages; len(m) > 0 && m[len(m)-1].Role == "tool" {
-//			return faultserver.Reply("The docs say: " + m[len(m)-1].Content)
+//			return retracetest.Reply("The docs say: " + m[len(m)-1].Content)
 //		}
-//		return faultserver.CallTools(faultserver.ToolCall{
+//		return retracetest.CallTools(retracetest.ToolCall{
 //			Name: "search_docs", Arguments: `{"query":"retry budget"}`})
 //	})
 //
-// The command in cmd/faultserver runs the same server from the command line.
-package faultserver
+// The command `retrace faultserver` (cmd/retrace) runs the same server from the command line.
+package retracetest

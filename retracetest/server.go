@@ -1,4 +1,4 @@
-package faultserver
+package retracetest
 
 import (
 	"context"
@@ -51,19 +51,19 @@ func (s *Server) Start() error { return s.StartOn("127.0.0.1:0") }
 func (s *Server) StartOn(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("faultserver: address %q: %w", addr, err)
+		return fmt.Errorf("retracetest: address %q: %w", addr, err)
 	}
 	if host != "127.0.0.1" && host != "localhost" && host != "::1" {
-		return fmt.Errorf("faultserver: refusing to listen on %q: the host must be 127.0.0.1, localhost or ::1", addr)
+		return fmt.Errorf("retracetest: refusing to listen on %q: the host must be 127.0.0.1, localhost or ::1", addr)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.srv != nil || s.closed {
-		return errors.New("faultserver: the server was already started")
+		return errors.New("retracetest: the server was already started")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("faultserver: %w", err)
+		return fmt.Errorf("retracetest: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.ln, s.cancel, s.served = ln, cancel, make(chan struct{})

@@ -1,4 +1,4 @@
-package faultserver_test
+package retracetest_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/retracetest"
 )
 
 // streamedCall is a tool call reassembled from a stream.
@@ -98,9 +98,9 @@ func parseToolStream(t *testing.T, evs []string, usage bool) (string, []streamed
 func TestStreamingToolCalls(t *testing.T) {
 	args0 := `{"query":"retry budget","limit":3}`
 	args1 := `{"path":"docs/héllo wörld ✓.md"}`
-	srv, c := start(t, faultserver.Always(faultserver.CallTools(
-		faultserver.ToolCall{ID: "call_abc", Name: "search_docs", Arguments: args0},
-		faultserver.ToolCall{Name: "read_file", Arguments: args1},
+	srv, c := start(t, retracetest.Always(retracetest.CallTools(
+		retracetest.ToolCall{ID: "call_abc", Name: "search_docs", Arguments: args0},
+		retracetest.ToolCall{Name: "read_file", Arguments: args1},
 	)))
 	resp := mustPost(t, c, srv.URL(), body(true, true))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -136,8 +136,8 @@ func TestStreamingToolCalls(t *testing.T) {
 }
 
 func TestStreamingTextThenToolCalls(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.Reply("Let me look that up.").
-		WithToolCalls(faultserver.ToolCall{ID: "c1", Type: "function", Name: "search_docs", Arguments: "{}"})))
+	srv, c := start(t, retracetest.Always(retracetest.Reply("Let me look that up.").
+		WithToolCalls(retracetest.ToolCall{ID: "c1", Type: "function", Name: "search_docs", Arguments: "{}"})))
 	resp := mustPost(t, c, srv.URL(), body(true, false))
 	evs, err := events(resp.Body)
 	require.ErrorIs(t, err, io.EOF)
@@ -145,12 +145,12 @@ func TestStreamingTextThenToolCalls(t *testing.T) {
 	assert.Equal(t, "Let me look that up.", text)
 	assert.Equal(t, []streamedCall{{id: "c1", typ: "function", name: "search_docs", args: "{}", pieces: 2}}, calls)
 	assert.Contains(t, finish, `"finish_reason":"tool_calls"`)
-	n := len(faultserver.ReplyChunks("Let me look that up."))
+	n := len(retracetest.ReplyChunks("Let me look that up."))
 	assert.Contains(t, evs[n], `"delta":{"tool_calls":[{"index":0,"id":"c1",`, "no role after content")
 }
 
 func TestEmptyArgumentsAreAnEmptyObject(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.CallTools(faultserver.ToolCall{Name: "now"})))
+	srv, c := start(t, retracetest.Always(retracetest.CallTools(retracetest.ToolCall{Name: "now"})))
 	resp := mustPost(t, c, srv.URL(), body(true, false))
 	evs, err := events(resp.Body)
 	require.ErrorIs(t, err, io.EOF)
@@ -183,10 +183,10 @@ type toolCompletion struct {
 
 func TestNonStreamingToolCalls(t *testing.T) {
 	args := `{"query":"retry budget"}`
-	srv, c := start(t, faultserver.Sequence(
-		faultserver.CallTools(faultserver.ToolCall{ID: "call_x", Name: "search_docs", Arguments: args}, faultserver.ToolCall{Name: "now"}),
-		faultserver.Reply("Checking.").WithToolCalls(faultserver.ToolCall{Name: "search_docs", Arguments: args}),
-		faultserver.OK(),
+	srv, c := start(t, retracetest.Sequence(
+		retracetest.CallTools(retracetest.ToolCall{ID: "call_x", Name: "search_docs", Arguments: args}, retracetest.ToolCall{Name: "now"}),
+		retracetest.Reply("Checking.").WithToolCalls(retracetest.ToolCall{Name: "search_docs", Arguments: args}),
+		retracetest.OK(),
 	))
 	resp := mustPost(t, c, srv.URL(), body(false, false))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -234,10 +234,10 @@ func TestNonStreamingToolCalls(t *testing.T) {
 }
 
 func TestBrokenToolCallStreams(t *testing.T) {
-	call := faultserver.ToolCall{ID: "c1", Name: "search_docs", Arguments: `{"query":"x"}`}
-	srv, c := start(t, faultserver.Sequence(
-		faultserver.StreamEOF(2).WithToolCalls(call),
-		faultserver.Malformed().WithToolCalls(call),
+	call := retracetest.ToolCall{ID: "c1", Name: "search_docs", Arguments: `{"query":"x"}`}
+	srv, c := start(t, retracetest.Sequence(
+		retracetest.StreamEOF(2).WithToolCalls(call),
+		retracetest.Malformed().WithToolCalls(call),
 	))
 	// The call's first chunk and the first piece of its arguments.
 	resp := mustPost(t, c, srv.URL(), body(true, false))
@@ -257,30 +257,30 @@ func TestBrokenToolCallStreams(t *testing.T) {
 }
 
 func TestToolFaultStrings(t *testing.T) {
-	a := faultserver.ToolCall{Name: "search_docs"}
-	b := faultserver.ToolCall{Name: "read_file"}
-	assert.Equal(t, "tool calls: search_docs", faultserver.CallTools(a).String())
-	assert.Equal(t, "tool calls: search_docs, read_file", faultserver.Reply("hm").WithToolCalls(a, b).String())
-	assert.Equal(t, "tool calls: search_docs after 1s", faultserver.CallTools(a).WithDelay(1e9).String())
-	assert.Equal(t, "eof after 2 chunks (tool calls: search_docs)", faultserver.StreamEOF(2).WithToolCalls(a).String())
-	assert.Equal(t, "ok", faultserver.OK().String())
+	a := retracetest.ToolCall{Name: "search_docs"}
+	b := retracetest.ToolCall{Name: "read_file"}
+	assert.Equal(t, "tool calls: search_docs", retracetest.CallTools(a).String())
+	assert.Equal(t, "tool calls: search_docs, read_file", retracetest.Reply("hm").WithToolCalls(a, b).String())
+	assert.Equal(t, "tool calls: search_docs after 1s", retracetest.CallTools(a).WithDelay(1e9).String())
+	assert.Equal(t, "eof after 2 chunks (tool calls: search_docs)", retracetest.StreamEOF(2).WithToolCalls(a).String())
+	assert.Equal(t, "ok", retracetest.OK().String())
 
 	// The constructors copy their arguments.
-	calls := []faultserver.ToolCall{a}
-	f := faultserver.CallTools(calls...)
-	g := faultserver.OK().WithToolCalls(calls...)
+	calls := []retracetest.ToolCall{a}
+	f := retracetest.CallTools(calls...)
+	g := retracetest.OK().WithToolCalls(calls...)
 	calls[0].Name = "changed"
 	assert.Equal(t, "search_docs", f.ToolCalls[0].Name)
 	assert.Equal(t, "search_docs", g.ToolCalls[0].Name)
-	assert.Equal(t, faultserver.KindOK, f.Kind)
+	assert.Equal(t, retracetest.KindOK, f.Kind)
 	assert.Empty(t, f.Reply)
 }
 
 func TestRequestTools(t *testing.T) {
 	seen := make(chan []string, 2)
-	srv, c := start(t, func(_ int, req faultserver.Request) faultserver.Fault {
+	srv, c := start(t, func(_ int, req retracetest.Request) retracetest.Fault {
 		seen <- req.Tools
-		return faultserver.OK()
+		return retracetest.OK()
 	})
 	reqBody := `{"model":"gpt-test","messages":[{"role":"user","content":"hi"}],"tools":[` +
 		`{"type":"function","function":{"name":"search_docs","description":"Search the docs.","parameters":{"type":"object","properties":{"query":{"type":"string"}}}}},` +
@@ -304,9 +304,9 @@ func TestRequestTools(t *testing.T) {
 
 // searchModel plays a model that searches the docs until a search finds
 // something, then answers with what it found.
-func searchModel(_ int, req faultserver.Request) faultserver.Fault {
+func searchModel(_ int, req retracetest.Request) retracetest.Fault {
 	if !slices.Contains(req.Tools, "search_docs") {
-		return faultserver.Reply("I have no way to search.")
+		return retracetest.Reply("I have no way to search.")
 	}
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		m := req.Messages[i]
@@ -314,11 +314,11 @@ func searchModel(_ int, req faultserver.Request) faultserver.Fault {
 			continue
 		}
 		if strings.HasPrefix(m.Content, "found:") {
-			return faultserver.Reply("The answer is " + strings.TrimSpace(strings.TrimPrefix(m.Content, "found:")) + ".")
+			return retracetest.Reply("The answer is " + strings.TrimSpace(strings.TrimPrefix(m.Content, "found:")) + ".")
 		}
-		return faultserver.CallTools(faultserver.ToolCall{Name: "search_docs", Arguments: `{"query":"retry budget","page":2}`})
+		return retracetest.CallTools(retracetest.ToolCall{Name: "search_docs", Arguments: `{"query":"retry budget","page":2}`})
 	}
-	return faultserver.CallTools(faultserver.ToolCall{Name: "search_docs", Arguments: `{"query":"retry budget"}`})
+	return retracetest.CallTools(retracetest.ToolCall{Name: "search_docs", Arguments: `{"query":"retry budget"}`})
 }
 
 func TestScriptDecidesFromLastToolMessage(t *testing.T) {
@@ -362,9 +362,9 @@ func TestScriptDecidesFromLastToolMessage(t *testing.T) {
 
 	last := srv.Received()[2]
 	require.Len(t, last.Messages, 5)
-	assert.Equal(t, faultserver.Message{Role: "assistant", ToolCalls: []faultserver.ToolCall{
+	assert.Equal(t, retracetest.Message{Role: "assistant", ToolCalls: []retracetest.ToolCall{
 		{ID: "call_1_0", Type: "function", Name: "search_docs", Arguments: "{}"}}}, last.Messages[3])
-	assert.Equal(t, faultserver.Message{Role: "tool", ToolCallID: "call_1_0", Content: "found: a cap on retries per request"}, last.Messages[4])
+	assert.Equal(t, retracetest.Message{Role: "tool", ToolCallID: "call_1_0", Content: "found: a cap on retries per request"}, last.Messages[4])
 }
 
 func TestOpenAIClientToolCalls(t *testing.T) {
@@ -445,15 +445,15 @@ func TestOpenAIClientToolCalls(t *testing.T) {
 	r := got[1]
 	assert.Equal(t, []string{"search_docs"}, r.Tools)
 	require.Len(t, r.Messages, 3)
-	assert.Equal(t, faultserver.Message{Role: "user", Content: "what is a retry budget?"}, r.Messages[0])
+	assert.Equal(t, retracetest.Message{Role: "user", Content: "what is a retry budget?"}, r.Messages[0])
 	assert.Equal(t, "assistant", r.Messages[1].Role)
-	assert.Equal(t, []faultserver.ToolCall{{ID: "call_0_0", Type: "function", Name: "search_docs", Arguments: `{"query":"retry budget"}`}}, r.Messages[1].ToolCalls)
+	assert.Equal(t, []retracetest.ToolCall{{ID: "call_0_0", Type: "function", Name: "search_docs", Arguments: `{"query":"retry budget"}`}}, r.Messages[1].ToolCalls)
 	assert.Equal(t, "tool", r.Messages[2].Role)
 	assert.Equal(t, "call_0_0", r.Messages[2].ToolCallID)
 	assert.Equal(t, "found: a cap on retries per request", r.Messages[2].Content)
 
 	// A non-streamed tool call with null content parses in the SDK too.
-	srv.SetScript(faultserver.Always(faultserver.CallTools(faultserver.ToolCall{ID: "call_n", Name: "search_docs", Arguments: `{"query":"n"}`})))
+	srv.SetScript(retracetest.Always(retracetest.CallTools(retracetest.ToolCall{ID: "call_n", Name: "search_docs", Arguments: `{"query":"n"}`})))
 	resp, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 		Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{user}, Tools: tools,
 	})

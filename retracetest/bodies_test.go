@@ -1,4 +1,4 @@
-package faultserver_test
+package retracetest_test
 
 import (
 	"bytes"
@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/retracetest"
 )
 
 func TestRawAndStringError(t *testing.T) {
-	srv, c := start(t, faultserver.Sequence(
-		faultserver.RawError(502, "<html>bad gateway</html>"),
-		faultserver.StringError(401, "Invalid API key"),
+	srv, c := start(t, retracetest.Sequence(
+		retracetest.RawError(502, "<html>bad gateway</html>"),
+		retracetest.StringError(401, "Invalid API key"),
 	))
 	for _, want := range []struct {
 		status int
@@ -36,19 +36,19 @@ func TestRawAndStringError(t *testing.T) {
 func TestErrorEvent(t *testing.T) {
 	cases := []struct {
 		name  string
-		fault faultserver.Fault
+		fault retracetest.Fault
 		raw   string // the answer after its content chunks
 	}{
-		{"object", faultserver.ErrorEvent(2, "insufficient_quota", "insufficient_quota", "quota"),
+		{"object", retracetest.ErrorEvent(2, "insufficient_quota", "insufficient_quota", "quota"),
 			`data: {"error":{"message":"quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}` + "\n\n"},
-		{"no code", faultserver.ErrorEvent(2, "", "server_error", "boom"),
+		{"no code", retracetest.ErrorEvent(2, "", "server_error", "boom"),
 			`data: {"error":{"message":"boom","type":"server_error","param":null,"code":null}}` + "\n\n"},
-		{"named, raw data on two lines", faultserver.ErrorEvent(2, "", "", "").WithEvent("error").WithBody("{\"type\":\"error\",\n\"code\":\"server_error\"}"),
+		{"named, raw data on two lines", retracetest.ErrorEvent(2, "", "", "").WithEvent("error").WithBody("{\"type\":\"error\",\n\"code\":\"server_error\"}"),
 			"event: error\ndata: {\"type\":\"error\",\ndata: \"code\":\"server_error\"}\n\n"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, c := start(t, faultserver.Always(tc.fault))
+			srv, c := start(t, retracetest.Always(tc.fault))
 			resp := mustPost(t, c, srv.URL(), body(true, true))
 			assert.Equal(t, 200, resp.StatusCode)
 			assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
@@ -63,7 +63,7 @@ func TestErrorEvent(t *testing.T) {
 		})
 	}
 	t.Run("not a stream", func(t *testing.T) {
-		srv, c := start(t, faultserver.Always(faultserver.ErrorEvent(2, "server_error", "server_error", "boom").WithBody("ignored")))
+		srv, c := start(t, retracetest.Always(retracetest.ErrorEvent(2, "server_error", "server_error", "boom").WithBody("ignored")))
 		resp := mustPost(t, c, srv.URL(), body(false, false))
 		assert.Equal(t, 500, resp.StatusCode)
 		var e struct {
@@ -79,7 +79,7 @@ func TestErrorEvent(t *testing.T) {
 func TestHugeEvent(t *testing.T) {
 	const size = 1<<20 + 7
 	for _, lineBytes := range []int{0, 1024, 100} {
-		srv, c := start(t, faultserver.Always(faultserver.HugeEvent(size, lineBytes)))
+		srv, c := start(t, retracetest.Always(retracetest.HugeEvent(size, lineBytes)))
 		resp := mustPost(t, c, srv.URL(), body(true, true))
 		assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 		b, err := io.ReadAll(resp.Body)
@@ -110,7 +110,7 @@ func TestHugeEvent(t *testing.T) {
 // whole 64 MiB into a closed connection.
 func TestHugeEventStopsWhenTheClientHangsUp(t *testing.T) {
 	const size = 64 << 20
-	srv, c := start(t, faultserver.Always(faultserver.HugeEvent(size, 0)))
+	srv, c := start(t, retracetest.Always(retracetest.HugeEvent(size, 0)))
 	resp, err := post(t, t.Context(), c, srv.URL(), body(true, true))
 	require.NoError(t, err)
 	_, err = io.ReadFull(resp.Body, make([]byte, 1<<20))
@@ -122,7 +122,7 @@ func TestHugeEventStopsWhenTheClientHangsUp(t *testing.T) {
 }
 
 func TestHugeError(t *testing.T) {
-	srv, c := start(t, faultserver.Sequence(faultserver.HugeError(500, 100<<10), faultserver.HugeError(503, 10)))
+	srv, c := start(t, retracetest.Sequence(retracetest.HugeError(500, 100<<10), retracetest.HugeError(503, 10)))
 	resp := mustPost(t, c, srv.URL(), body(true, true))
 	assert.Equal(t, 500, resp.StatusCode)
 	b, err := io.ReadAll(resp.Body)
@@ -144,9 +144,9 @@ func TestHugeError(t *testing.T) {
 }
 
 func TestNewFaultStrings(t *testing.T) {
-	assert.Equal(t, "401", faultserver.StringError(401, "Invalid API key").String())
-	assert.Equal(t, "error event insufficient_quota after 2 chunks", faultserver.ErrorEvent(2, "insufficient_quota", "x", "m").String())
-	assert.Equal(t, "error event server_error after 0 chunks", faultserver.ErrorEvent(0, "", "server_error", "m").String())
-	assert.Equal(t, "an event of 100 bytes", faultserver.HugeEvent(100, 0).String())
-	assert.Equal(t, "500 with a body of 100 bytes", faultserver.HugeError(500, 100).String())
+	assert.Equal(t, "401", retracetest.StringError(401, "Invalid API key").String())
+	assert.Equal(t, "error event insufficient_quota after 2 chunks", retracetest.ErrorEvent(2, "insufficient_quota", "x", "m").String())
+	assert.Equal(t, "error event server_error after 0 chunks", retracetest.ErrorEvent(0, "", "server_error", "m").String())
+	assert.Equal(t, "an event of 100 bytes", retracetest.HugeEvent(100, 0).String())
+	assert.Equal(t, "500 with a body of 100 bytes", retracetest.HugeError(500, 100).String())
 }

@@ -1,4 +1,4 @@
-package faultserver_test
+package retracetest_test
 
 import (
 	"bufio"
@@ -18,15 +18,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/retrace-go/retrace/examples/faultserver"
+	"github.com/retrace-go/retrace/retracetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start starts a server with script and returns it with a client of its own.
-func start(t *testing.T, script faultserver.Script) (*faultserver.Server, *http.Client) {
+func start(t *testing.T, script retracetest.Script) (*retracetest.Server, *http.Client) {
 	t.Helper()
-	srv := faultserver.New(script)
+	srv := retracetest.New(script)
 	require.NoError(t, srv.Start())
 	tr := &http.Transport{}
 	t.Cleanup(func() {
@@ -155,16 +155,16 @@ type errBody struct {
 }
 
 func TestStreamingSuccessWithUsage(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.OK()))
+	srv, c := start(t, retracetest.Always(retracetest.OK()))
 	resp := mustPost(t, c, srv.URL(), body(true, true))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
 
 	evs, err := events(resp.Body)
 	require.ErrorIs(t, err, io.EOF)
-	pieces := faultserver.ReplyChunks(faultserver.DefaultReply)
+	pieces := retracetest.ReplyChunks(retracetest.DefaultReply)
 	require.Len(t, evs, len(pieces)+3, "content chunks, the finish chunk, the usage chunk and [DONE]")
-	assert.Equal(t, faultserver.DefaultReply, contentOf(t, evs[:len(pieces)]))
+	assert.Equal(t, retracetest.DefaultReply, contentOf(t, evs[:len(pieces)]))
 	assert.Greater(t, len(pieces), 2, "the reply is split into several chunks")
 
 	finish := decodeChunk(t, evs[len(pieces)])
@@ -179,7 +179,7 @@ func TestStreamingSuccessWithUsage(t *testing.T) {
 	assert.Contains(t, evs[len(pieces)+1], `"choices":[]`)
 	require.NotNil(t, u.Usage)
 	assert.Equal(t, 3, u.Usage.PromptTokens, "three words in the messages")
-	assert.Equal(t, len(strings.Fields(faultserver.DefaultReply)), u.Usage.CompletionTokens)
+	assert.Equal(t, len(strings.Fields(retracetest.DefaultReply)), u.Usage.CompletionTokens)
 	assert.Equal(t, u.Usage.PromptTokens+u.Usage.CompletionTokens, u.Usage.TotalTokens)
 
 	assert.Equal(t, "[DONE]", evs[len(evs)-1])
@@ -188,7 +188,7 @@ func TestStreamingSuccessWithUsage(t *testing.T) {
 }
 
 func TestStreamingSuccessWithoutUsage(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.Reply("one  two\nthree ")))
+	srv, c := start(t, retracetest.Always(retracetest.Reply("one  two\nthree ")))
 	resp := mustPost(t, c, srv.URL(), body(true, false))
 	evs, err := events(resp.Body)
 	require.ErrorIs(t, err, io.EOF)
@@ -200,7 +200,7 @@ func TestStreamingSuccessWithoutUsage(t *testing.T) {
 }
 
 func TestNonStreamingSuccess(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.Reply("all good here")))
+	srv, c := start(t, retracetest.Always(retracetest.Reply("all good here")))
 	resp := mustPost(t, c, srv.URL(), body(false, false))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
@@ -254,32 +254,32 @@ func TestPaths(t *testing.T) {
 func TestErrorFaults(t *testing.T) {
 	tests := []struct {
 		name                string
-		fault               faultserver.Fault
+		fault               retracetest.Fault
 		status              int
 		code, typ, message  string
 		header, headerValue string
 	}{
-		{"status", faultserver.Status(418, "teapot", "teapot_error", "I'm a teapot"), 418, "teapot", "teapot_error", "I'm a teapot", "", ""},
-		{"rate limited", faultserver.RateLimited(1500 * time.Millisecond), 429, "rate_limit_exceeded", "requests", "", "Retry-After", "2"},
-		{"rate limited whole", faultserver.RateLimited(20 * time.Second), 429, "rate_limit_exceeded", "requests", "", "Retry-After", "20"},
-		{"rate limited ms", faultserver.RateLimitedMs(1500 * time.Millisecond), 429, "rate_limit_exceeded", "requests", "", "retry-after-ms", "1500"},
-		{"500", faultserver.ServerError(500), 500, "server_error", "server_error", "The server had an error while processing your request.", "", ""},
-		{"502", faultserver.ServerError(502), 502, "server_error", "server_error", "Bad gateway", "", ""},
-		{"503", faultserver.ServerError(503), 503, "server_error", "server_error", "Service unavailable", "", ""},
-		{"529", faultserver.Overloaded(), 529, "overloaded_error", "overloaded_error", "Overloaded", "", ""},
-		{"invalid api key", faultserver.InvalidAPIKey(), 401, "invalid_api_key", "invalid_request_error",
+		{"status", retracetest.Status(418, "teapot", "teapot_error", "I'm a teapot"), 418, "teapot", "teapot_error", "I'm a teapot", "", ""},
+		{"rate limited", retracetest.RateLimited(1500 * time.Millisecond), 429, "rate_limit_exceeded", "requests", "", "Retry-After", "2"},
+		{"rate limited whole", retracetest.RateLimited(20 * time.Second), 429, "rate_limit_exceeded", "requests", "", "Retry-After", "20"},
+		{"rate limited ms", retracetest.RateLimitedMs(1500 * time.Millisecond), 429, "rate_limit_exceeded", "requests", "", "retry-after-ms", "1500"},
+		{"500", retracetest.ServerError(500), 500, "server_error", "server_error", "The server had an error while processing your request.", "", ""},
+		{"502", retracetest.ServerError(502), 502, "server_error", "server_error", "Bad gateway", "", ""},
+		{"503", retracetest.ServerError(503), 503, "server_error", "server_error", "Service unavailable", "", ""},
+		{"529", retracetest.Overloaded(), 529, "overloaded_error", "overloaded_error", "Overloaded", "", ""},
+		{"invalid api key", retracetest.InvalidAPIKey(), 401, "invalid_api_key", "invalid_request_error",
 			"Incorrect API key provided: sk-test***...***abcd. You can find your API key at https://platform.openai.com/account/api-keys.", "", ""},
-		{"context overflow", faultserver.ContextOverflow(), 400, "context_length_exceeded", "invalid_request_error",
+		{"context overflow", retracetest.ContextOverflow(), 400, "context_length_exceeded", "invalid_request_error",
 			"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages.", "", ""},
-		{"insufficient quota", faultserver.InsufficientQuota(), 429, "insufficient_quota", "insufficient_quota",
+		{"insufficient quota", retracetest.InsufficientQuota(), 429, "insufficient_quota", "insufficient_quota",
 			"You exceeded your current quota, please check your plan and billing details.", "", ""},
-		{"invalid image", faultserver.InvalidImage(), 400, "invalid_image", "invalid_request_error",
+		{"invalid image", retracetest.InvalidImage(), 400, "invalid_image", "invalid_request_error",
 			"Invalid image: image data is not a valid base64-encoded image.", "", ""},
 	}
 	for _, tt := range tests {
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s stream=%t", tt.name, stream), func(t *testing.T) {
-				srv, c := start(t, faultserver.Always(tt.fault))
+				srv, c := start(t, retracetest.Always(tt.fault))
 				resp := mustPost(t, c, srv.URL(), body(stream, stream))
 				assert.Equal(t, tt.status, resp.StatusCode)
 				assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
@@ -309,7 +309,7 @@ func TestErrorFaults(t *testing.T) {
 }
 
 func TestStreamReset(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.StreamReset(2)))
+	srv, c := start(t, retracetest.Always(retracetest.StreamReset(2)))
 	for range 20 { // a reset must never overtake the chunks sent before it
 		resp := mustPost(t, c, srv.URL(), body(true, true))
 		require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -318,13 +318,13 @@ func TestStreamReset(t *testing.T) {
 		require.Error(t, err)
 		assert.True(t, errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF), "got %v", err)
 		require.Len(t, evs, 2)
-		assert.Equal(t, strings.Join(faultserver.ReplyChunks(faultserver.DefaultReply)[:2], ""), contentOf(t, evs))
+		assert.Equal(t, strings.Join(retracetest.ReplyChunks(retracetest.DefaultReply)[:2], ""), contentOf(t, evs))
 		srv.Reset()
 	}
 }
 
 func TestStreamResetNonStreaming(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.StreamReset(2)))
+	srv, c := start(t, retracetest.Always(retracetest.StreamReset(2)))
 	resp := mustPost(t, c, srv.URL(), body(false, false))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	_, err := io.ReadAll(resp.Body)
@@ -332,20 +332,20 @@ func TestStreamResetNonStreaming(t *testing.T) {
 }
 
 func TestStreamEOF(t *testing.T) {
-	srv, c := start(t, faultserver.Sequence(faultserver.StreamEOF(3), faultserver.StreamEOF(100)))
+	srv, c := start(t, retracetest.Sequence(retracetest.StreamEOF(3), retracetest.StreamEOF(100)))
 	resp := mustPost(t, c, srv.URL(), body(true, true))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	evs, err := events(resp.Body)
 	require.ErrorIs(t, err, io.EOF)
 	require.Len(t, evs, 3)
 	assert.NotContains(t, evs, "[DONE]")
-	assert.Equal(t, strings.Join(faultserver.ReplyChunks(faultserver.DefaultReply)[:3], ""), contentOf(t, evs))
+	assert.Equal(t, strings.Join(retracetest.ReplyChunks(retracetest.DefaultReply)[:3], ""), contentOf(t, evs))
 
 	// More chunks than the reply has: all of them, still no finish.
 	resp = mustPost(t, c, srv.URL(), body(true, true))
 	evs, err = events(resp.Body)
 	require.ErrorIs(t, err, io.EOF)
-	require.Len(t, evs, len(faultserver.ReplyChunks(faultserver.DefaultReply)))
+	require.Len(t, evs, len(retracetest.ReplyChunks(retracetest.DefaultReply)))
 	assert.NotContains(t, evs, "[DONE]")
 
 	// Without a stream: a truncated JSON body that ends cleanly.
@@ -366,16 +366,16 @@ func postInto(t *testing.T, ctx context.Context, c *http.Client, url, body strin
 }
 
 // arrivals wraps script to report each request on the returned channel.
-func arrivals(script faultserver.Script) (faultserver.Script, <-chan int) {
+func arrivals(script retracetest.Script) (retracetest.Script, <-chan int) {
 	ch := make(chan int, 100)
-	return func(n int, req faultserver.Request) faultserver.Fault {
+	return func(n int, req retracetest.Request) retracetest.Fault {
 		ch <- n
 		return script(n, req)
 	}, ch
 }
 
 func TestHangEndsWhenClientCancels(t *testing.T) {
-	script, arrived := arrivals(faultserver.Always(faultserver.Hang()))
+	script, arrived := arrivals(retracetest.Always(retracetest.Hang()))
 	srv, c := start(t, script)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -388,7 +388,7 @@ func TestHangEndsWhenClientCancels(t *testing.T) {
 }
 
 func TestCloseEndsHangingAndSlowRequests(t *testing.T) {
-	script, arrived := arrivals(faultserver.Sequence(faultserver.Hang(), faultserver.Slow(time.Hour)))
+	script, arrived := arrivals(retracetest.Sequence(retracetest.Hang(), retracetest.Slow(time.Hour)))
 	srv, c := start(t, script)
 	done := make(chan error, 2)
 	for range 2 {
@@ -402,7 +402,7 @@ func TestCloseEndsHangingAndSlowRequests(t *testing.T) {
 }
 
 func TestSlow(t *testing.T) {
-	script, arrived := arrivals(faultserver.Sequence(faultserver.Slow(time.Hour), faultserver.Slow(time.Hour).WithReply("late")))
+	script, arrived := arrivals(retracetest.Sequence(retracetest.Slow(time.Hour), retracetest.Slow(time.Hour).WithReply("late")))
 	srv, c := start(t, script)
 
 	// A client timeout ends the wait.
@@ -424,7 +424,7 @@ func TestSlow(t *testing.T) {
 }
 
 func TestMalformed(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.Malformed()))
+	srv, c := start(t, retracetest.Always(retracetest.Malformed()))
 	resp := mustPost(t, c, srv.URL(), body(true, false))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
@@ -442,7 +442,7 @@ func TestMalformed(t *testing.T) {
 }
 
 func TestBadJSON(t *testing.T) {
-	srv, c := start(t, faultserver.Always(faultserver.BadJSON()))
+	srv, c := start(t, retracetest.Always(retracetest.BadJSON()))
 	for _, stream := range []bool{false, true} {
 		resp := mustPost(t, c, srv.URL(), body(stream, false))
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
@@ -455,7 +455,7 @@ func TestBadJSON(t *testing.T) {
 }
 
 func TestInvalidBody(t *testing.T) {
-	script, arrived := arrivals(faultserver.Always(faultserver.OK()))
+	script, arrived := arrivals(retracetest.Always(retracetest.OK()))
 	srv, c := start(t, script)
 	for _, b := range []string{`{"model":`, `[]`, ``, `{"messages":[{"role":"user","content":42}]}`} {
 		resp := mustPost(t, c, srv.URL(), b)
@@ -507,10 +507,10 @@ func TestReceived(t *testing.T) {
 	assert.Equal(t, reqBody, string(r.Body))
 	assert.Equal(t, "Bearer ***abcd", r.Header.Get("Authorization"))
 	assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
-	assert.Equal(t, []faultserver.Message{
+	assert.Equal(t, []retracetest.Message{
 		{Role: "system", Content: "be brief"},
 		{Role: "user", Content: "what is\nthis?"},
-		{Role: "assistant", ToolCalls: []faultserver.ToolCall{{ID: "call_1", Type: "function", Name: "look", Arguments: `{"x":1}`}}},
+		{Role: "assistant", ToolCalls: []retracetest.ToolCall{{ID: "call_1", Type: "function", Name: "look", Arguments: `{"x":1}`}}},
 		{Role: "tool", Content: "a cat", ToolCallID: "call_1", Name: "look"},
 	}, r.Messages)
 	assert.Equal(t, "/chat/completions", got[1].Path)
@@ -532,7 +532,7 @@ func TestReceived(t *testing.T) {
 }
 
 func TestSequenceRepeatsItsLastFault(t *testing.T) {
-	srv, c := start(t, faultserver.Sequence(faultserver.RateLimited(time.Second), faultserver.ServerError(503), faultserver.OK()))
+	srv, c := start(t, retracetest.Sequence(retracetest.RateLimited(time.Second), retracetest.ServerError(503), retracetest.OK()))
 	var statuses []int
 	for range 5 {
 		resp := mustPost(t, c, srv.URL(), body(false, false))
@@ -543,7 +543,7 @@ func TestSequenceRepeatsItsLastFault(t *testing.T) {
 	assert.Equal(t, 5, srv.Requests())
 
 	// The last fault repeats even when it is a failure.
-	srv.SetScript(faultserver.Sequence(faultserver.OK(), faultserver.Overloaded()))
+	srv.SetScript(retracetest.Sequence(retracetest.OK(), retracetest.Overloaded()))
 	srv.Reset()
 	statuses = nil
 	for range 4 {
@@ -555,34 +555,34 @@ func TestSequenceRepeatsItsLastFault(t *testing.T) {
 }
 
 func TestScripts(t *testing.T) {
-	var req faultserver.Request
-	assert.Equal(t, faultserver.OK(), faultserver.Sequence()(3, req))
-	five := faultserver.Sequence(faultserver.Overloaded(), faultserver.Hang())
-	assert.Equal(t, faultserver.Overloaded(), five(0, req))
-	assert.Equal(t, faultserver.Hang(), five(1, req))
-	assert.Equal(t, faultserver.Hang(), five(9, req))
+	var req retracetest.Request
+	assert.Equal(t, retracetest.OK(), retracetest.Sequence()(3, req))
+	five := retracetest.Sequence(retracetest.Overloaded(), retracetest.Hang())
+	assert.Equal(t, retracetest.Overloaded(), five(0, req))
+	assert.Equal(t, retracetest.Hang(), five(1, req))
+	assert.Equal(t, retracetest.Hang(), five(9, req))
 
-	first2 := faultserver.FailFirst(2, faultserver.ServerError(500))
+	first2 := retracetest.FailFirst(2, retracetest.ServerError(500))
 	assert.Equal(t, []int{500, 500, 0}, []int{first2(0, req).Status, first2(1, req).Status, first2(2, req).Status})
-	always := faultserver.FailFirst(0, faultserver.ServerError(502))
+	always := retracetest.FailFirst(0, retracetest.ServerError(502))
 	assert.Equal(t, 502, always(1000, req).Status)
 
-	assert.Equal(t, "429 rate_limit_exceeded", faultserver.RateLimited(time.Second).String())
-	assert.Equal(t, "reset after 2 chunks", faultserver.StreamReset(2).String())
-	assert.Equal(t, "ok after 5s", faultserver.Slow(5*time.Second).String())
+	assert.Equal(t, "429 rate_limit_exceeded", retracetest.RateLimited(time.Second).String())
+	assert.Equal(t, "reset after 2 chunks", retracetest.StreamReset(2).String())
+	assert.Equal(t, "ok after 5s", retracetest.Slow(5*time.Second).String())
 }
 
 func TestReplyChunks(t *testing.T) {
 	for _, text := range []string{"", "   ", "one", "one two", "  lead and trail \n", "a\tb\n\nc"} {
-		pieces := faultserver.ReplyChunks(text)
+		pieces := retracetest.ReplyChunks(text)
 		assert.Equal(t, text, strings.Join(pieces, ""), "%q", text)
 		assert.Len(t, pieces, max(1, len(strings.Fields(text))), "%q", text)
 	}
-	assert.Equal(t, []string{"Hello", " from", " the", " fault", " server."}, faultserver.ReplyChunks(faultserver.DefaultReply))
+	assert.Equal(t, []string{"Hello", " from", " the", " fault", " server."}, retracetest.ReplyChunks(retracetest.DefaultReply))
 }
 
 func TestConcurrentCounting(t *testing.T) {
-	script, arrived := arrivals(faultserver.Sequence(faultserver.ServerError(500), faultserver.OK()))
+	script, arrived := arrivals(retracetest.Sequence(retracetest.ServerError(500), retracetest.OK()))
 	srv, c := start(t, script)
 	const n = 50
 	var wg sync.WaitGroup
@@ -620,11 +620,11 @@ func TestConcurrentCounting(t *testing.T) {
 
 func TestStartOnRefusesOtherInterfaces(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0", "nonsense"} {
-		srv := faultserver.New(nil)
+		srv := retracetest.New(nil)
 		assert.Error(t, srv.StartOn(addr), addr)
 		srv.Close()
 	}
-	srv := faultserver.New(nil)
+	srv := retracetest.New(nil)
 	require.NoError(t, srv.StartOn("localhost:0"))
 	assert.True(t, strings.HasPrefix(srv.URL(), "http://127.0.0.1:"), srv.URL())
 	assert.Error(t, srv.Start(), "a server starts once")
@@ -633,7 +633,7 @@ func TestStartOnRefusesOtherInterfaces(t *testing.T) {
 }
 
 func TestURL(t *testing.T) {
-	srv := faultserver.New(nil)
+	srv := retracetest.New(nil)
 	assert.Empty(t, srv.URL())
 	require.NoError(t, srv.Start())
 	defer srv.Close()

@@ -1,0 +1,57 @@
+// Command retrace is retrace's command line.
+//
+//	retrace faultserver [flags]   a fault-injecting OpenAI- and Anthropic-compatible server on 127.0.0.1
+//
+// Run it from a checkout with go run ./cmd/retrace, or install it with
+// go install github.com/retrace-go/retrace/cmd/retrace@latest.
+//
+//	go run ./cmd/retrace faultserver -fault 429 -fail-first 3
+//	go run ./cmd/retrace faultserver -tool-call 'search_docs={"query":"retry"}' -fault 503 -fail-first 2
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage: retrace <command> [flags]
+
+commands:
+  faultserver   run a fault-injecting OpenAI- and Anthropic-compatible server on 127.0.0.1
+
+Run "retrace <command> -help" for a command's flags.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the command line without the process: it returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "faultserver":
+		err = faultserver(args[1:], stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "retrace: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "retrace:", err)
+		return 1
+	}
+	return 0
+}
