@@ -26,6 +26,18 @@ const (
 // Strategies are the four, in the order the results list them.
 var Strategies = []Strategy{NoJitter, Jitter, JitterBudget, JitterBreaker}
 
+// The fleet strategies: every client is a worker with ToolRetry's jitter, a
+// circuit breaker and a retry budget (10% of calls over 10 s, 3 at least),
+// either each its own (LocalFleet) or all shared through one State
+// (SharedFleet), as workers sharing Redis share them.
+const (
+	LocalFleet  Strategy = "local breakers + budgets"
+	SharedFleet Strategy = "shared breakers + budgets"
+)
+
+// FleetStrategies are the two, in the order the results list them.
+var FleetStrategies = []Strategy{LocalFleet, SharedFleet}
+
 // Window is the width of the load series.
 const Window = 100 * time.Millisecond
 
@@ -42,6 +54,15 @@ type StormConfig struct {
 	Think          time.Duration // a client's pause between its logical calls
 	Seed           uint64
 	Strategy       Strategy
+}
+
+// FleetStorm is the storm of a fleet of n workers behind one provider: each
+// makes 300 logical calls 1 s apart, the provider refuses everything for
+// 2 minutes (two cool-downs of the breakers' 60 s) and then serves a tenth
+// of the workers per 100 ms window.
+func FleetStorm(n int, s Strategy) StormConfig {
+	return StormConfig{Clients: n, CallsPerClient: 300, Capacity: max(1, n/10), Outage: 2 * time.Minute,
+		Think: time.Second, Seed: 1, Strategy: s}
 }
 
 // DefaultStorm is the storm the results page reports, for n clients: 5
@@ -109,6 +130,9 @@ type stormClient struct {
 	ctx     context.Context // carries the task budget
 	call    int             // the logical call in progress, from 1
 	attempt int             // its attempt, from 1
+	retry   *engine.Retry   // the client's retry policy (its own with a retry budget)
+	breaker *engine.Breaker // the client's breaker, nil for none
+	budget  *policies.RetryBudget
 }
 
 func newSim(cfg StormConfig) *sim {
@@ -127,22 +151,37 @@ func newSim(cfg StormConfig) *sim {
 	if cfg.Strategy == JitterBreaker {
 		s.breaker = executor[interface{ Engine() *engine.Breaker }](policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Clock: clk})).Engine()
 	}
+	var st policies.State
+	if cfg.Strategy == SharedFleet {
+		st = policies.NewMemoryState()
+	}
 	for range cfg.Clients {
 		ctx := context.Background()
 		if cfg.Strategy == JitterBudget {
 			ctx = policies.WithTaskBudget(ctx, 6)
 		}
-		s.clients = append(s.clients, &stormClient{ctx: ctx, call: 1, attempt: 1})
+		c := &stormClient{ctx: ctx, call: 1, attempt: 1, retry: s.retry, breaker: s.breaker}
+		if cfg.Strategy == LocalFleet || cfg.Strategy == SharedFleet {
+			c.budget = policies.NewRetryBudget(policies.RetryBudgetConfig{Name: "storm", State: st, Clock: clk})
+			r := retry
+			r.Budget = c.budget
+			c.retry = executor[interface{ Engine() *engine.Retry }](policies.NewRetry[struct{}](r)).Engine()
+			c.breaker = executor[interface{ Engine() *engine.Breaker }](policies.NewCircuitBreaker[struct{}](
+				policies.BreakerConfig{Name: "storm", Clock: clk, State: st})).Engine()
+			c.budget.RecordExecution() // the call in flight at t = 0
+		}
+		s.clients = append(s.clients, c)
 	}
 	return s
 }
 
 // attempt sends client id's next request, or lets the breaker refuse it.
 func (s *sim) attempt(id int) {
+	c := s.clients[id]
 	var permit engine.Permit
-	if s.breaker != nil {
+	if c.breaker != nil {
 		var ok bool
-		if permit, ok = s.breaker.Acquire(s.clk); !ok {
+		if permit, ok = c.breaker.Acquire(s.clk); !ok {
 			s.failed(id, true)
 			return
 		}
@@ -151,11 +190,11 @@ func (s *sim) attempt(id int) {
 	s.load[w]++
 	s.res.DownstreamCalls++
 	served := s.now >= s.cfg.Outage && s.load[w] <= s.cfg.Capacity
-	if s.breaker != nil {
+	if c.breaker != nil {
 		if served {
-			s.breaker.Record(permit, engine.Success, s.clk)
+			_ = c.breaker.Record(permit, engine.Success, s.clk)
 		} else {
-			s.breaker.Record(permit, engine.Fail, s.clk)
+			_ = c.breaker.Record(permit, engine.Fail, s.clk)
 		}
 	}
 	if !served {
@@ -170,12 +209,12 @@ func (s *sim) attempt(id int) {
 // backoff, or the end of its logical call.
 func (s *sim) failed(id int, rejected bool) {
 	c := s.clients[id]
-	if !rejected && s.breaker != nil && s.breaker.State() == circuitbreaker.OpenState {
+	if !rejected && c.breaker != nil && c.breaker.State() == circuitbreaker.OpenState {
 		rejected = true // the failure opened the breaker: a retry would be refused at once
 	}
 	f := s.transient
 	f.Rejected = rejected
-	d := s.retry.Decide(c.ctx, s.clk, c.attempt, f, nil)
+	d := c.retry.Decide(c.ctx, s.clk, c.attempt, f, nil)
 	if d.Retry {
 		c.attempt++
 		heap.Push(&s.queue, event{at: s.now + d.Delay, client: id})
@@ -194,6 +233,9 @@ func (s *sim) done(id int) {
 	c.call++
 	c.attempt = 1
 	s.res.LogicalCalls++
+	if c.budget != nil {
+		c.budget.RecordExecution()
+	}
 	heap.Push(&s.queue, event{at: s.now + s.cfg.Think, client: id})
 }
 

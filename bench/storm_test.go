@@ -2,6 +2,7 @@ package bench
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,5 +44,31 @@ func TestStormShapes(t *testing.T) {
 		assert.Less(t, res[JitterBudget].CallsPerLogical(), res[Jitter].CallsPerLogical())
 		// A breaker shields the downstream while it is down.
 		assert.Less(t, res[JitterBreaker].DownstreamCalls, res[Jitter].DownstreamCalls)
+	}
+}
+
+// A fleet sharing its breakers and budgets puts a fraction of the load of
+// one whose workers each keep their own on the provider while it is down.
+func TestFleetStorm(t *testing.T) {
+	for _, n := range []int{100, 1000} {
+		local, shared := Simulate(FleetStorm(n, LocalFleet)), Simulate(FleetStorm(n, SharedFleet))
+		during := func(r StormResult) int {
+			sum := 0
+			for w, x := range r.Series {
+				if time.Duration(w)*Window < FleetStorm(n, LocalFleet).Outage {
+					sum += x
+				}
+			}
+			return sum
+		}
+		t.Logf("%4d workers: local peak %d, %d requests (%d during the outage); shared peak %d, %d requests (%d during the outage)",
+			n, local.Peak, local.DownstreamCalls, during(local), shared.Peak, shared.DownstreamCalls, during(shared))
+		require.Equal(t, n*300, local.LogicalCalls)
+		require.Equal(t, n*300, shared.LogicalCalls)
+		// Each local breaker costs its worker 5 failures: the fleet's cost
+		// grows with n; the shared one's does not.
+		assert.GreaterOrEqual(t, during(local), 5*n)
+		assert.Less(t, during(shared)*4, during(local))
+		assert.Equal(t, Simulate(FleetStorm(n, SharedFleet)), shared, "deterministic")
 	}
 }

@@ -110,6 +110,19 @@ func TestDemoTracesInJaeger(t *testing.T) {
 				assert.Equal(t, "failed_exhausted", rootSpan.str("retrace.outcome"))
 				assert.True(t, strings.HasPrefix(res.Diagnosis, "failed after 3 attempts"), res.Diagnosis)
 				assert.Len(t, tr.layer("session"), 3)
+
+				// retrace explain reads the same trace from Jaeger's API.
+				e, text := explainInJaeger(t, root, j, res.TraceID)
+				assert.Equal(t, res.TraceID, e.TraceID)
+				assert.Equal(t, 12, e.Calls)
+				assert.Equal(t, 12, e.LeafSpans)
+				assert.Equal(t, 12, e.WorstCase)
+				require.Len(t, e.Nested, 2)
+				assert.Equal(t, "runtime", e.Nested[0].Layer)
+				require.NotEmpty(t, e.Advice)
+				assert.Equal(t, "single_owner", e.Advice[0].Kind)
+				assert.Contains(t, e.Advice[0].Text, "cuts the worst case from 12 to 4")
+				assert.Contains(t, text, "trace "+res.TraceID+"\nruntime  ")
 			case "invalid-api-key":
 				assert.Equal(t, 1, calls)
 				assert.True(t, strings.HasPrefix(res.Diagnosis, "failed permanently: "), res.Diagnosis)

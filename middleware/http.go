@@ -7,12 +7,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/failsafe-go/failsafe-go"
 	"go.opentelemetry.io/otel"
-
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -22,10 +23,17 @@ import (
 )
 
 // Transport returns an http.RoundTripper that sends every request through a
-// retrace layer named layer (usually "http") with the policies ps. Each HTTP
-// request is a span of kind Client, carrying the method, the URL without its
-// query, and the status; headers, which hold API keys, are never recorded.
-// The trace context is injected into the request with the global propagator.
+// retrace layer named layer (usually "http"), with the policies given by
+// [WithHTTPPolicies]. Each physical request is a span of kind Client named
+// after its method ("POST"), born with http.request.method, url.full
+// (without credentials, query values redacted), server.address and
+// server.port, so that a sampler sees them, and ended with
+// http.response.status_code; headers, which hold API keys, are never
+// recorded. With a retry policy the layer span, named layer, covers the
+// request and its attempts are the Client spans, numbered by
+// http.request.resend_count; without one the layer span is the request's.
+// The trace context is injected into each request with the global
+// propagator.
 //
 // An answer with status 400 or more is a failure for the layer's policies:
 // its OpenAI- or Anthropic-style error body becomes a *policies.APIError
@@ -34,16 +42,51 @@ import (
 // base returned it, so that an SDK above produces its own error. Requests
 // with a body are retried only when they can be rewound (GetBody).
 //
-// Put it in the http.Client of an SDK to see the requests an SDK's own
-// retries make: each one is a leaf span, counted in retrace.calls.
-func Transport(base http.RoundTripper, layer string, opts []Option, ps ...failsafe.Policy[*http.Response]) http.RoundTripper {
+// Each request is a leaf call, counted in retrace.calls. To see the requests
+// of an SDK's own retries, use [SDK], which also knows where each request
+// stands among them.
+func Transport(base http.RoundTripper, layer string, opts ...Option) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	opts = append([]Option{WithSpanKind(trace.SpanKindClient), WithSpanName("HTTP")}, opts...)
+	opts = append([]Option{optionFunc(func(c *config) { c.http = true })}, opts...)
 	t := &transport{base: base}
-	t.h = PoliciesWith[*http.Request, *http.Response](layer, opts, ps...)(t.attempt)
+	t.h = PoliciesWith[*http.Request, *http.Response](layer, opts, newConfig(opts).httpPolicies...)(t.attempt)
 	return t
+}
+
+// SDK returns a request middleware for an SDK built by Stainless, openai-go's
+// and anthropic-sdk-go's option.WithMiddleware among them, without
+// importing either:
+//
+//	client := openai.NewClient(option.WithMaxRetries(2),
+//		option.WithMiddleware(middleware.SDK("openai-go", 2, opts...)))
+//
+// The middleware runs inside the SDK's own retry loop, once per physical
+// request. Each request is a span of kind Client, as [Transport] makes them,
+// with http.request.resend_count read from the SDK's X-Stainless-Retry-Count
+// header, the failure's retrace.error.class and error.type when it failed,
+// and each one is a leaf call counted in retrace.calls. maxRetries is the
+// client's setting (option.WithMaxRetries; openai-go's default is 2): the
+// SDK's loop is named sdk in the nested-retry event ("session(4) ×
+// openai-go(3)") and its maxRetries+1 attempts count in
+// retrace.calls.worst_case before they happen. The worst case relies on the
+// retry-count header: a request without it counts as a first one. Do not
+// also declare the SDK's attempts with [WithInnerAttempts] on the layer
+// above; where that is done anyway, the layer's declaration counts.
+//
+// The span ends when the SDK has the response's headers: a stream that
+// fails later is recorded by the layer that reads it (a session's model
+// call).
+func SDK(sdk string, maxRetries int, opts ...Option) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	opts = append([]Option{optionFunc(func(c *config) {
+		c.http, c.sdkName, c.sdkAttempts = true, sdk, max(maxRetries, 0)+1
+	})}, opts...)
+	t := &transport{}
+	t.h = PoliciesWith[*http.Request, *http.Response]("http", opts, newConfig(opts).httpPolicies...)(t.attempt)
+	return func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+		return t.roundTrip(req, next)
+	}
 }
 
 type transport struct {
@@ -61,14 +104,19 @@ type httpFailure struct {
 func (e *httpFailure) Error() string { return e.err.Error() }
 func (e *httpFailure) Unwrap() error { return e.err }
 
-// failed holds the last failed response of a request, so that a retry can
-// close it.
-type failed struct{ resp *http.Response }
+// exchange is one request's state across its attempts: the last failed
+// response, so that a retry can close it, and the SDK's next handler.
+type exchange struct {
+	resp *http.Response
+	next func(*http.Request) (*http.Response, error)
+}
 
-type failedKey struct{}
+type exchangeKey struct{}
 
-func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.h(context.WithValue(req.Context(), failedKey{}, &failed{}), req)
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) { return t.roundTrip(req, nil) }
+
+func (t *transport) roundTrip(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	resp, err := t.h(context.WithValue(req.Context(), exchangeKey{}, &exchange{next: next}), req)
 	var hf *httpFailure
 	if err != nil && errors.As(err, &hf) && hf.resp != nil {
 		return hf.resp, nil
@@ -81,16 +129,18 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *transport) attempt(ctx context.Context, req *http.Request) (*http.Response, error) {
 	a, _ := AttemptFrom(ctx)
-	last, _ := ctx.Value(failedKey{}).(*failed)
-	if last != nil && last.resp != nil {
-		_ = last.resp.Body.Close() // a retry: the previous answer will not be returned
-		last.resp = nil
+	x, _ := ctx.Value(exchangeKey{}).(*exchange)
+	if x == nil {
+		x = &exchange{}
+	}
+	if x.resp != nil {
+		_ = x.resp.Body.Close() // a retry: the previous answer will not be returned
+		x.resp = nil
 	}
 	r := req.Clone(ctx)
 	if a.N > 1 && req.Body != nil && req.Body != http.NoBody {
-		if req.GetBody == nil {
-			return nil, &policies.Error{Class: policies.Permanent, Type: "body_not_rewindable",
-				Err: errors.New("http: cannot retry a request whose body cannot be rewound (GetBody is nil)")}
+		if err := unrewindable(req); err != nil {
+			return nil, err
 		}
 		body, err := req.GetBody()
 		if err != nil {
@@ -98,32 +148,106 @@ func (t *transport) attempt(ctx context.Context, req *http.Request) (*http.Respo
 		}
 		r.Body = body
 	}
-	span := trace.SpanFromContext(ctx)
 	otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(r.Header))
-	if span.IsRecording() {
-		u := *r.URL
-		u.RawQuery, u.User, u.Fragment = "", nil, ""
-		span.SetName("HTTP " + r.Method)
-		span.SetAttributes(
-			telemetry.HTTPMethod.String(r.Method),
-			telemetry.URLFull.String(u.String()),
-			telemetry.ServerAddress.String(r.URL.Hostname()),
-		)
+	var resp *http.Response
+	var err error
+	if x.next != nil {
+		resp, err = x.next(r)
+	} else {
+		resp, err = t.base.RoundTrip(r)
 	}
-	resp, err := t.base.RoundTrip(r)
 	if err != nil {
 		return nil, err
 	}
-	if span.IsRecording() {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(telemetry.HTTPStatusCode.Int(resp.StatusCode))
 	}
 	if resp.StatusCode < 400 {
 		return resp, nil
 	}
-	if last != nil {
-		last.resp = resp
-	}
+	x.resp = resp
 	return nil, &httpFailure{resp: resp, err: APIErrorFrom(resp)}
+}
+
+// unrewindable is the error of a request that cannot be sent again: its
+// body cannot be rewound (GetBody is nil). req is any layer's request; only
+// an *http.Request can be refused.
+func unrewindable(req any) error {
+	r, ok := req.(*http.Request)
+	if !ok || r == nil || r.Body == nil || r.Body == http.NoBody || r.GetBody != nil {
+		return nil
+	}
+	return &policies.Error{Class: policies.Permanent, Type: "body_not_rewindable",
+		Err: errors.New("http: cannot retry a request whose body cannot be rewound (GetBody is nil)")}
+}
+
+// requestSpan is the name and start options of a physical request's span:
+// kind Client, named after the method, with the attributes a sampler reads.
+func requestSpan[Req any](req Req, resend int, attrs []attribute.KeyValue) (string, []trace.SpanStartOption) {
+	r, ok := any(req).(*http.Request)
+	if !ok || r == nil || r.URL == nil {
+		return "HTTP", []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}
+	}
+	method := r.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	kv := make([]attribute.KeyValue, 0, len(attrs)+5)
+	kv = append(kv, attrs...)
+	kv = append(kv,
+		telemetry.HTTPMethod.String(method),
+		telemetry.URLFull.String(safeURL(r.URL)),
+		telemetry.ServerAddress.String(r.URL.Hostname()),
+	)
+	if port := serverPort(r.URL); port > 0 {
+		kv = append(kv, telemetry.ServerPort.Int(port))
+	}
+	if resend >= 0 {
+		kv = append(kv, telemetry.HTTPResendCount.Int(resend))
+	}
+	return method, []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(kv...)}
+}
+
+// safeURL is u without credentials or fragment, and with every query value
+// replaced by REDACTED: a query is where some providers take their API key
+// (?key=…), and its keys alone say what was asked.
+func safeURL(u *url.URL) string {
+	c := *u
+	c.User, c.Fragment, c.RawFragment = nil, "", ""
+	if c.RawQuery != "" {
+		q, err := url.ParseQuery(c.RawQuery)
+		if err != nil {
+			c.RawQuery = "REDACTED"
+		} else {
+			for k, vs := range q {
+				for i := range vs {
+					vs[i] = "REDACTED"
+				}
+				q[k] = vs
+			}
+			c.RawQuery = q.Encode()
+		}
+	}
+	return c.String()
+}
+
+// serverPort is the port the request goes to, the scheme's default when
+// the URL names none.
+func serverPort(u *url.URL) int {
+	if p := u.Port(); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return 0
+		}
+		return n
+	}
+	switch u.Scheme {
+	case "https":
+		return 443
+	case "http":
+		return 80
+	}
+	return 0
 }
 
 // APIErrorFrom reads an error answer: its status, Retry-After, and an

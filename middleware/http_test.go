@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,7 +126,7 @@ func httpClient(t *testing.T, srv *httpServer, ps ...failsafe.Policy[*http.Respo
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
 	base := &closeTracker{base: srv.Client().Transport}
-	rt := middleware.Transport(base, "http", []middleware.Option{middleware.WithTracerProvider(tp)}, ps...)
+	rt := middleware.Transport(base, "http", middleware.WithTracerProvider(tp), middleware.WithHTTPPolicies(ps...))
 	return &http.Client{Transport: rt}, base, rec
 }
 
@@ -168,26 +170,40 @@ func rootSpan(t *testing.T, rec *tracetest.SpanRecorder) sdktrace.ReadOnlySpan {
 }
 
 // assertRequestSpans checks the spans of the requests a call made: one per
-// request, each with the method, the server's address, the URL without its
-// query, fragment or credentials, and the status it got.
+// request, each a client span named after the method, with the method, the
+// server's address and port, the URL without its fragment or credentials
+// and with its query values redacted, its place among the resends, and the
+// status it got.
 func assertRequestSpans(t *testing.T, rec *tracetest.SpanRecorder, srv *httpServer, method string, statuses ...int) {
 	t.Helper()
 	spans := requestSpans(rec)
 	require.Len(t, spans, len(statuses), "a span per request")
+	u, err := url.Parse(srv.URL)
+	require.NoError(t, err)
 	for i, s := range spans {
+		assert.Equal(t, trace.SpanKindClient, s.SpanKind(), "request %d", i+1)
+		assert.Equal(t, method, s.Name(), "a request span is named after its method")
 		m, _ := spanAttr(s, "http.request.method")
 		assert.Equal(t, method, m.AsString())
 		addr, _ := spanAttr(s, "server.address")
 		assert.Equal(t, "127.0.0.1", addr.AsString())
+		port, _ := spanAttr(s, "server.port")
+		assert.Equal(t, u.Port(), strconv.FormatInt(port.AsInt64(), 10))
 		full, _ := spanAttr(s, "url.full")
-		assert.Equal(t, srv.URL+"/v1/chat", full.AsString(), "url.full without the query, fragment or user")
-		assert.NotContains(t, full.AsString(), "?")
+		assert.Equal(t, srv.URL+"/v1/chat?api_key=REDACTED&x=REDACTED", full.AsString(), "url.full without fragment or user, query values redacted")
 		assert.NotContains(t, full.AsString(), "sk-secret")
+		resend, ok := spanAttr(s, "http.request.resend_count")
+		require.True(t, ok, "request %d has no http.request.resend_count", i+1)
+		assert.Equal(t, int64(i), resend.AsInt64())
 		status, ok := spanAttr(s, "http.response.status_code")
 		require.True(t, ok, "request %d has no http.response.status_code", i+1)
 		assert.Equal(t, int64(statuses[i]), status.AsInt64(), "request %d", i+1)
 	}
-	assert.Equal(t, trace.SpanKindClient, rootSpan(t, rec).SpanKind(), "the call's span is a client span")
+	root := rootSpan(t, rec)
+	if len(spans) > 1 || root.SpanContext().SpanID() != spans[0].SpanContext().SpanID() {
+		assert.Equal(t, trace.SpanKindInternal, root.SpanKind(), "a retrying layer's span covers its requests")
+		assert.Equal(t, "http", root.Name(), "and is named after the layer")
+	}
 }
 
 // chatURL is the URL the tests call: with credentials, a query holding a
@@ -236,7 +252,9 @@ func (b *onceBody) Read(p []byte) (int, error) { return b.r.Read(p) }
 func (b *onceBody) Close() error               { return nil }
 
 // A request whose body cannot be rewound is sent once: a retry would send
-// an empty or partial body.
+// an empty or partial body. The layer refuses the retry before it starts,
+// so no span stands for a request never sent, and the caller gets the
+// answer it gave up on.
 func TestTransportDoesNotResendABodyItCannotRewind(t *testing.T) {
 	srv := newHTTPServer(t,
 		httpAnswer{status: 503, body: `{"error":{"type":"overloaded_error","message":"busy"}}`},
@@ -248,20 +266,20 @@ func TestTransportDoesNotResendABodyItCannotRewind(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, req.GetBody, "http.NewRequest cannot rewind a body of an unknown type")
 	resp, err := client.Do(req)
-	if resp != nil {
-		_ = resp.Body.Close()
-	}
-	require.Error(t, err)
-	assert.Nil(t, resp)
-	assert.Contains(t, err.Error(), "cannot be rewound")
-	var pe *policies.Error
-	require.ErrorAs(t, err, &pe)
-	assert.Equal(t, policies.Permanent, pe.Class)
-	assert.Equal(t, "body_not_rewindable", pe.Type)
+	require.NoError(t, err)
+	assert.Equal(t, 503, resp.StatusCode, "the answer the layer gave up on")
+	require.NoError(t, resp.Body.Close())
 
 	assert.Equal(t, []string{`{"prompt":"hi"}`}, srv.requests(), "one request")
-	assert.Equal(t, []bool{true}, base.closed(), "the 503 that is not returned is closed")
+	assert.Equal(t, []bool{true}, base.closed())
 	assertRequestSpans(t, rec, srv, http.MethodPost, 503)
+	root := rootSpan(t, rec)
+	outcome, _ := spanAttr(root, "retrace.outcome")
+	assert.Equal(t, "rejected", outcome.AsString(), "the retry was refused")
+	diag, _ := spanAttr(root, "retrace.diagnosis")
+	assert.Contains(t, diag.AsString(), "cannot be rewound")
+	calls, _ := spanAttr(root, "retrace.calls")
+	assert.Equal(t, int64(1), calls.AsInt64(), "one request, one leaf call")
 }
 
 // When the layer gives up on an error answer, the caller gets that answer

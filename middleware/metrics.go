@@ -2,20 +2,35 @@ package middleware
 
 import (
 	"context"
+	"reflect"
+	"sync"
+	"time"
 
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
-// instruments are a layer's metrics: calls by outcome and attempts.
+// instruments are a layer's metrics. Every option a recording passes is
+// built once, with the layer, so that recording allocates nothing on a
+// call's path; an instrument the meter refuses stays a no-op, so metrics
+// never fail a call.
 type instruments struct {
-	calls     metric.Int64Counter
-	attempts  metric.Int64Counter
-	byOutcome map[policies.Outcome][]metric.AddOption
-	layer     []metric.AddOption
+	mp          metric.MeterProvider
+	calls       metric.Int64Counter
+	attempts    metric.Int64Histogram
+	delay       metric.Float64Histogram
+	refusals    metric.Int64Counter
+	transitions metric.Int64Counter
+	state       metric.Int64Gauge
+	byOutcome   map[policies.Outcome][]metric.AddOption
+	layerAdd    []metric.AddOption
+	layerRecord []metric.RecordOption
+	genai       *genAIInstruments // nil unless the layer has WithGenAIMetrics
 }
 
 var allOutcomes = []policies.Outcome{
@@ -24,30 +39,193 @@ var allOutcomes = []policies.Outcome{
 	policies.OutcomeBudgetExhausted, policies.OutcomeRejected, policies.OutcomeCanceled, policies.OutcomeStepLimit,
 }
 
-func newInstruments(mp metric.MeterProvider, layer string) *instruments {
+func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instruments {
 	m := mp.Meter(scope)
+	set := attribute.NewSet(telemetry.Layer.String(layer))
 	in := &instruments{
-		byOutcome: make(map[policies.Outcome][]metric.AddOption, len(allOutcomes)),
-		layer:     []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(telemetry.Layer.String(layer)))},
+		mp:          mp,
+		byOutcome:   make(map[policies.Outcome][]metric.AddOption, len(allOutcomes)),
+		layerAdd:    []metric.AddOption{metric.WithAttributeSet(set)},
+		layerRecord: []metric.RecordOption{metric.WithAttributeSet(set)},
 	}
-	// Instrument errors leave a no-op instrument in place; metrics never
-	// fail a call.
-	in.calls, _ = m.Int64Counter("retrace.layer.calls", metric.WithDescription("Calls through a retrace layer, by outcome."), metric.WithUnit("{call}"))
-	in.attempts, _ = m.Int64Counter("retrace.layer.attempts", metric.WithDescription("Attempts made by a retrace layer, the first included."), metric.WithUnit("{attempt}"))
+	in.calls, _ = m.Int64Counter(telemetry.MetricLayerCalls, metric.WithUnit(telemetry.UnitCall),
+		metric.WithDescription("Calls through a retrace layer, by outcome."))
+	in.attempts, _ = m.Int64Histogram(telemetry.MetricLayerAttempts, metric.WithUnit(telemetry.UnitAttempt),
+		metric.WithDescription("Attempts each call through a retrying layer made, the first included."),
+		metric.WithExplicitBucketBoundaries(telemetry.AttemptBuckets()...))
+	in.delay, _ = m.Float64Histogram(telemetry.MetricRetryDelay, metric.WithUnit(telemetry.UnitSeconds),
+		metric.WithDescription("Backoff waited before a retry."),
+		metric.WithExplicitBucketBoundaries(telemetry.RetryDelayBuckets()...))
+	in.refusals, _ = m.Int64Counter(telemetry.MetricBudgetRefusals, metric.WithUnit(telemetry.UnitRefusal),
+		metric.WithDescription("Retries a retry budget refused."))
+	in.transitions, _ = m.Int64Counter(telemetry.MetricCircuitTransitions, metric.WithUnit(telemetry.UnitTransition),
+		metric.WithDescription("Circuit breaker transitions, by the state moved to."))
+	in.state, _ = m.Int64Gauge(telemetry.MetricCircuitState, metric.WithUnit(telemetry.UnitState),
+		metric.WithDescription("1 for the state a circuit breaker is in, 0 for the others it has been in."))
 	for _, o := range allOutcomes {
-		// Options are built once, as slices, so that recording allocates nothing.
 		in.byOutcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(telemetry.Layer.String(layer), telemetry.Outcome.String(string(o))))}
+	}
+	if cfg.genai {
+		in.genai = newGenAIInstruments(m, cfg.attrs)
 	}
 	return in
 }
 
-func (in *instruments) record(ctx context.Context, outcome policies.Outcome, attempts int) {
+// record records the end of a call through the layer.
+func (in *instruments) record(ctx context.Context, outcome policies.Outcome, attempts int, retrying bool) {
 	if in.calls != nil {
 		if opt, ok := in.byOutcome[outcome]; ok {
 			in.calls.Add(ctx, 1, opt...)
 		}
 	}
-	if in.attempts != nil {
-		in.attempts.Add(ctx, int64(attempts), in.layer...)
+	if retrying && in.attempts != nil {
+		in.attempts.Record(ctx, int64(attempts), in.layerRecord...)
+	}
+}
+
+// retried records the backoff waited before a retry.
+func (in *instruments) retried(ctx context.Context, delay time.Duration) {
+	if in.delay != nil {
+		in.delay.Record(ctx, delay.Seconds(), in.layerRecord...)
+	}
+}
+
+// refused records a retry that a budget refused.
+func (in *instruments) refused(ctx context.Context) {
+	if in.refusals != nil {
+		in.refusals.Add(ctx, 1, in.layerAdd...)
+	}
+}
+
+// watch records b's state and transitions, once per breaker and meter
+// provider however many layers drive b, so that a shared breaker's
+// transition is counted once.
+func (in *instruments) watch(b *engine.Breaker, layer string) {
+	if in.transitions == nil || in.state == nil {
+		return
+	}
+	name := b.Limits().Name
+	if name == "" {
+		name = layer
+	}
+	var key any = in
+	if t := reflect.TypeOf(in.mp); t != nil && t.Comparable() {
+		key = watchKey{in.mp}
+	}
+	w := &breakerWatch{b: b, in: in, name: name}
+	if b.Watch(key, w.changed) {
+		w.show()
+	}
+}
+
+type watchKey struct{ mp metric.MeterProvider }
+
+// breakerWatch is one breaker as its metrics see it.
+type breakerWatch struct {
+	b    *engine.Breaker
+	in   *instruments
+	name string
+
+	mu   sync.Mutex
+	seen map[circuitbreaker.State]bool // the states the gauge has a series for
+}
+
+func (w *breakerWatch) changed(_, to circuitbreaker.State) {
+	w.in.transitions.Add(context.Background(), 1, metric.WithAttributes(
+		telemetry.CircuitName.String(w.name), telemetry.CircuitState.String(circuitState(to))))
+	w.show()
+}
+
+// show sets the gauge from the state the breaker is in now, not the one a
+// transition moved to: of transitions told concurrently, the last told
+// then leaves the gauge at the breaker's state, in whatever order they ran.
+func (w *breakerWatch) show() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen == nil {
+		w.seen = map[circuitbreaker.State]bool{}
+	}
+	now := w.b.State()
+	w.seen[now] = true
+	for s := range w.seen {
+		v := int64(0)
+		if s == now {
+			v = 1
+		}
+		w.in.state.Record(context.Background(), v, metric.WithAttributes(
+			telemetry.CircuitName.String(w.name), telemetry.CircuitState.String(circuitState(s))))
+	}
+}
+
+// genAIInstruments are the GenAI client metrics of a model layer.
+type genAIInstruments struct {
+	duration metric.Float64Histogram
+	tokens   metric.Int64Histogram
+	base     []attribute.KeyValue
+	ok       []metric.RecordOption
+	input    []metric.RecordOption
+	output   []metric.RecordOption
+	failed   sync.Map // error.type → []metric.RecordOption
+}
+
+// genAIKeys are the layer attributes the GenAI metrics carry: the
+// conventions' low-cardinality ones.
+var genAIKeys = []attribute.Key{telemetry.GenAIOperation, telemetry.GenAIProvider, telemetry.GenAIRequestModel, telemetry.ServerAddress}
+
+func newGenAIInstruments(m metric.Meter, attrs []attribute.KeyValue) *genAIInstruments {
+	g := &genAIInstruments{}
+	for _, kv := range attrs {
+		for _, k := range genAIKeys {
+			if kv.Key == k {
+				g.base = append(g.base, kv)
+			}
+		}
+	}
+	g.duration, _ = m.Float64Histogram(telemetry.MetricOperationDuration, metric.WithUnit(telemetry.UnitSeconds),
+		metric.WithDescription("GenAI operation duration."),
+		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets()...))
+	g.tokens, _ = m.Int64Histogram(telemetry.MetricTokenUsage, metric.WithUnit(telemetry.UnitToken),
+		metric.WithDescription("Measures number of input and output tokens used."),
+		metric.WithExplicitBucketBoundaries(telemetry.TokenBuckets()...))
+	with := func(kv ...attribute.KeyValue) []metric.RecordOption {
+		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue{}, g.base...), kv...)...))}
+	}
+	g.ok = with()
+	g.input = with(telemetry.TokenType.String(telemetry.TokenInput))
+	g.output = with(telemetry.TokenType.String(telemetry.TokenOutput))
+	return g
+}
+
+// otherError is the conventions' error.type for an error of no known type.
+const otherError = "_OTHER"
+
+// record records one model call: its duration, with error.type when it
+// failed, and the tokens it used when it succeeded.
+func (g *genAIInstruments) record(ctx context.Context, d time.Duration, errType string, failed bool, input, output int) {
+	opts := g.ok
+	if failed {
+		if errType == "" {
+			errType = otherError
+		}
+		v, ok := g.failed.Load(errType)
+		if !ok {
+			v, _ = g.failed.LoadOrStore(errType, []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+				append(append([]attribute.KeyValue{}, g.base...), telemetry.ErrorType.String(errType))...))})
+		}
+		opts = v.([]metric.RecordOption)
+	}
+	if g.duration != nil {
+		g.duration.Record(ctx, d.Seconds(), opts...)
+	}
+	if failed || g.tokens == nil {
+		return
+	}
+	// A provider that reports no usage leaves the histogram alone rather
+	// than filling it with zeros.
+	if input > 0 {
+		g.tokens.Record(ctx, int64(input), g.input...)
+	}
+	if output > 0 {
+		g.tokens.Record(ctx, int64(output), g.output...)
 	}
 }

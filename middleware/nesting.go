@@ -26,6 +26,9 @@ type frame struct {
 	maxAttempts int           // attempts (or steps) it may make; 0: unknown (a retry policy retrace cannot read)
 	retries     bool          // it retries: it counts in retrace.retry.depth and the nested-retry event
 	perAttempt  bool          // each layer called beneath it is one of its handler's own attempts (WithInnerAttempts)
+	inner       int           // those attempts
+	innerName   string        // the retry layer that makes them, if it has a name (WithInnerRetries)
+	foreign     *foreignRetry // non-nil: a retry loop retrace does not drive (WithinRetry)
 	depth       int           // retrying layers enclosing this one
 	attempt     int           // the current attempt, from 1
 	delay       time.Duration // the backoff waited before it
@@ -124,6 +127,9 @@ func (f *frame) reportWorst() {
 	default:
 		p.childSum.Add(w)
 	}
+	if p.foreign != nil {
+		p.carryWorst()
+	}
 }
 
 // NextStep marks, in a handler that repeats work of its own and declared it
@@ -141,7 +147,9 @@ func NextStep(ctx context.Context) {
 // layers and the worst case of leaf calls it implies, before they happen.
 // A chain already announced costs a hash and a look-up, no allocation.
 func (f *frame) announceNesting() {
-	if !f.retries || f.depth == 0 || f.root.span == nil {
+	// A layer that declares a named retry beneath its own (WithInnerRetries)
+	// nests two retrying layers by itself.
+	if !f.retries || f.depth == 0 && (f.innerName == "" || f.inner < 2 || f.maxAttempts <= f.inner) || f.root.span == nil {
 		return
 	}
 	h := fnv.New64a()
@@ -149,6 +157,7 @@ func (f *frame) announceNesting() {
 		if x.retries {
 			_, _ = io.WriteString(h, x.layer)
 			_, _ = h.Write([]byte{byte(x.maxAttempts), byte(x.maxAttempts >> 8), 0})
+			_, _ = io.WriteString(h, x.innerName)
 		}
 	}
 	sum := h.Sum64()
@@ -167,14 +176,26 @@ func (f *frame) announceNesting() {
 		if !x.retries {
 			continue
 		}
-		if x.maxAttempts == 0 {
+		own := x.maxAttempts
+		if x.innerName != "" && x.perAttempt && own > 0 {
+			// The named inner layer stands beneath the layer's own retries;
+			// the chain is reversed below, so it goes in first.
+			chain = append(chain, x.innerName+"("+strconv.Itoa(x.inner)+")")
+			if worst > 0 {
+				worst *= int64(x.inner)
+			}
+			if own /= x.inner; own <= 1 {
+				continue
+			}
+		}
+		if own == 0 {
 			chain = append(chain, x.layer+"(?)")
 			worst = -1
 			continue
 		}
-		chain = append(chain, x.layer+"("+strconv.Itoa(x.maxAttempts)+")")
+		chain = append(chain, x.layer+"("+strconv.Itoa(own)+")")
 		if worst > 0 {
-			worst *= int64(x.maxAttempts)
+			worst *= int64(own)
 		}
 	}
 	slices.Reverse(chain)

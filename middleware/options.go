@@ -2,7 +2,9 @@ package middleware
 
 import (
 	"context"
+	"net/http"
 
+	"github.com/failsafe-go/failsafe-go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -28,8 +30,22 @@ type config struct {
 	kind        trace.SpanKind
 	policySpans bool
 	inner       int
+	innerName   string // the inner retrying layer's name (WithInnerRetries)
 	steps       int
+	// http makes each physical request a CLIENT span named after its method,
+	// with the http.* attributes at its start (Transport, SDK).
+	http         bool
+	httpPolicies []failsafe.Policy[*http.Response]
+	// sdkName and sdkAttempts describe the SDK retry loop an SDK middleware
+	// runs in: each request is one of sdkAttempts.
+	sdkName     string
+	sdkAttempts int
+	// endAttrs, if set, are attributes read off the call's result for its
+	// layer span, set as it ends (WithEndAttributes).
+	endAttrs func(resp any, err error) []attribute.KeyValue
 	onAttempt   func(context.Context, AttemptEnd)
+	genai       bool
+	usage       any // func(Resp) (input, output int), from WithGenAIMetrics
 }
 
 func newConfig(opts []Option) config {
@@ -100,6 +116,39 @@ func WithInnerAttempts(n int) Option {
 	return optionFunc(func(c *config) { c.inner = n })
 }
 
+// WithInnerRetries is [WithInnerAttempts] for a retry layer with a name,
+// such as an SDK's or an agent framework's: the nested-retry event names it
+// ("session(4) × openai-go(3)"), so that whoever reads the trace knows which
+// setting to change.
+func WithInnerRetries(name string, attempts int) Option {
+	return optionFunc(func(c *config) { c.inner, c.innerName = attempts, name })
+}
+
+// WithHTTPPolicies sets the failsafe-go policies that [Transport] and [SDK]
+// run each request through (a retry, a circuit breaker, …). Other layers
+// take their policies as arguments and ignore it.
+func WithHTTPPolicies(ps ...failsafe.Policy[*http.Response]) Option {
+	return optionFunc(func(c *config) { c.httpPolicies = append(c.httpPolicies, ps...) })
+}
+
+// WithEndAttributes sets, on each layer span as it ends, the attributes f
+// reads off the call's result: for a model call that covers its retries,
+// the usage, response model and finish reasons of the attempt that ended
+// it. Resp must be the layer's response type; f gets the zero value on
+// failure, with the error.
+func WithEndAttributes[Resp any](f func(resp Resp, err error) []attribute.KeyValue) Option {
+	return optionFunc(func(c *config) {
+		if f == nil {
+			c.endAttrs = nil
+			return
+		}
+		c.endAttrs = func(resp any, err error) []attribute.KeyValue {
+			r, _ := resp.(Resp)
+			return f(r, err)
+		}
+	})
+}
+
 // WithSteps declares that the handler repeats work of its own up to n times
 // (an agent loop's turns, each a model call and the tools it asks for),
 // marking each step with [NextStep]. The layer's worst case is n times its
@@ -122,4 +171,21 @@ type AttemptEnd struct {
 // caller records of its attempts agrees with the spans.
 func WithOnAttempt(f func(ctx context.Context, a AttemptEnd)) Option {
 	return optionFunc(func(c *config) { c.onAttempt = f })
+}
+
+// WithGenAIMetrics makes the layer a GenAI model call for metrics: each call
+// records gen_ai.client.operation.duration (seconds, with error.type when it
+// failed) and, when it succeeded, gen_ai.client.token.usage for the input
+// and output tokens usage reads off the response (nil: no token usage). Both
+// carry the layer's gen_ai.operation.name, gen_ai.provider.name,
+// gen_ai.request.model and server.address attributes ([WithAttributes]).
+// The duration is wall time, as a span's is. Resp must be the layer's
+// response type, or no token usage is recorded.
+func WithGenAIMetrics[Resp any](usage func(Resp) (input, output int)) Option {
+	return optionFunc(func(c *config) {
+		c.genai = true
+		if usage != nil {
+			c.usage = usage
+		}
+	})
 }

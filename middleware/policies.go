@@ -25,6 +25,9 @@ import (
 // scope is the instrumentation scope of retrace's spans and metrics.
 const scope = "github.com/retrace-go/retrace"
 
+// scopeOpts give the scope retrace's version and the conventions' schema.
+var scopeOpts = []trace.TracerOption{trace.WithInstrumentationVersion(telemetry.Version), trace.WithSchemaURL(telemetry.SchemaURL)}
+
 // Policies runs the handler through the failsafe-go policies ps, listed
 // outermost first as in failsafe.With, with the global tracer and meter
 // providers as they are at call time. See [PoliciesWith].
@@ -94,7 +97,9 @@ type layer[Req, Resp any] struct {
 	tracer        atomic.Pointer[tracerFor]
 	gates         []breakerPolicy // the breakers inside the retry loop, asked before a retry
 	meter         *instruments
-	attrs         sync.Pool // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
+	state         *stateMeter                    // decisions made locally when a shared state failed
+	usage         func(Resp) (input, output int) // token usage of a GenAI layer's response, nil if none
+	attrs         sync.Pool                      // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
 }
 
 type tracerFor struct {
@@ -146,7 +151,9 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	l.meter = newInstruments(mp, name)
+	l.meter = newInstruments(mp, name, cfg)
+	l.state = newStateMeter(mp, name)
+	l.usage, _ = cfg.usage.(func(Resp) (int, int))
 	return l
 }
 
@@ -163,7 +170,7 @@ func (l *layer[Req, Resp]) tracerNow() trace.Tracer {
 	if t := l.tracer.Load(); t != nil && t.tp == tp {
 		return t.tracer
 	}
-	t := &tracerFor{tp: tp, tracer: tp.Tracer(scope)}
+	t := &tracerFor{tp: tp, tracer: tp.Tracer(scope, scopeOpts...)}
 	l.tracer.Store(t)
 	return t.tracer
 }
@@ -259,11 +266,27 @@ func (l *layer[Req, Resp]) clock() clock.Clock { return l.cfg.clock }
 
 func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Resp]) (Resp, error) {
 	c := &call[Req, Resp]{l: l, req: req}
+	var start time.Time
+	if l.meter.genai != nil {
+		start = time.Now() // wall time, as spans are: a scaled clock would stretch the call
+	}
 	parent := frameFrom(ctx)
-	c.frame.init(parent, l.name, l.frameAttempts, l.retrying() || l.cfg.inner > 1, &c.root)
-	c.frame.perAttempt = l.cfg.inner > 1
+	resend := -1 // the request's place in an SDK's retries, -1 when not an SDK's request
+	if l.cfg.sdkAttempts > 0 {
+		resend = c.initSDKFrame(parent, req)
+	} else {
+		c.frame.init(parent, l.name, l.frameAttempts, l.retrying() || l.cfg.inner > 1, &c.root)
+		c.frame.perAttempt = l.cfg.inner > 1
+		c.frame.inner, c.frame.innerName = l.cfg.inner, l.cfg.innerName
+	}
 	c.fctx = frameCtx{Context: ctx, f: &c.frame}
-	ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, l.startOpts...)
+	if l.cfg.http && !l.retrying() {
+		// The layer call is the physical request: its span is the request's.
+		name, opts := requestSpan(req, max(resend, 0), l.cfg.attrs)
+		ctx, c.span = l.tracerNow().Start(&c.fctx, name, opts...)
+	} else {
+		ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, withCallAttrs(ctx, parent, l.startOpts)...)
+	}
 	c.recording = c.span.IsRecording()
 	if c.recording {
 		if parent == nil {
@@ -296,12 +319,26 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 	case c.attempts > 1:
 		outcome = policies.OutcomeSuccessAfterRetry
 	}
-	c.frame.reportWorst()
+	if resend <= 0 {
+		// An SDK's retry of a request was in the worst case its first
+		// request reported.
+		c.frame.reportWorst()
+	}
 	if c.recording {
+		if l.cfg.endAttrs != nil {
+			c.span.SetAttributes(l.cfg.endAttrs(resp, err)...)
+		}
 		l.endSpan(c, outcome, attempts, cls, err)
 	}
 	c.span.End()
-	l.meter.record(ctx, outcome, attempts)
+	l.meter.record(ctx, outcome, attempts, l.retrying())
+	if g := l.meter.genai; g != nil {
+		var in, out int
+		if err == nil && l.usage != nil {
+			in, out = l.usage(resp)
+		}
+		g.record(ctx, time.Since(start), cls.Type, err != nil, in, out)
+	}
 	return resp, err
 }
 
@@ -422,8 +459,17 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 	c.attempts = n
 	c.rejected = false
 	c.frame.startAttempt(n, delay)
+	if n > 1 {
+		c.l.meter.retried(c.fctx.Context, delay)
+	}
 	if c.recording && c.l.retry.MaxAttempts > 1 {
-		ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName)
+		if c.l.cfg.http {
+			// Each attempt is a physical request, resent n-1 times.
+			name, opts := requestSpan(c.req, n-1, nil)
+			ctx, c.aspan = c.l.tracerNow().Start(ctx, name, opts...)
+		} else {
+			ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName)
+		}
 	}
 	return c.inner(ctx, c, c.req)
 }
@@ -438,8 +484,16 @@ func (c *call[Req, Resp]) Judge(ctx context.Context, err error) engine.Failure {
 }
 
 // Refusal implements engine.Gate: a breaker inside the retry loop that is
-// open, and still cooling down, would refuse the next attempt.
+// open, and still cooling down, would refuse the next attempt, and so would
+// a request whose body cannot be sent again.
 func (c *call[Req, Resp]) Refusal() error {
+	if c.l.cfg.http {
+		if err := unrewindable(c.req); err != nil {
+			// Refused before the retry starts, so that no request span
+			// stands for a request that was never sent.
+			return err
+		}
+	}
 	for _, g := range c.l.gates {
 		if b := g.Engine(); b.State() == circuitbreaker.OpenState && b.Remaining(c.l.clock()) > 0 {
 			return g.Rejection(c.l.clock())
@@ -448,7 +502,11 @@ func (c *call[Req, Resp]) Refusal() error {
 	return nil
 }
 
-func (c *call[Req, Resp]) Done(n int, err error, _ engine.Decision) {
+func (c *call[Req, Resp]) Done(n int, err error, d engine.Decision) {
+	c.noteState(c.fctx.Context, c.current(), d.State)
+	if d.Outcome == string(policies.OutcomeBudgetExhausted) {
+		c.l.meter.refused(c.fctx.Context)
+	}
 	var cls policies.Classification
 	if err != nil {
 		cls = c.lastCls

@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -41,21 +42,32 @@ func appendFailure(ctx context.Context, attrs []attribute.KeyValue, c policies.C
 	return attrs
 }
 
-// statusMessage is err's text for a span status: redacted (ctx's known
-// secrets by exact value, secret patterns besides), at most 1 KiB. A
-// *policies.FailedError's diagnosis is redacted already, once, when it is
-// worded: it is not redacted again by every layer it crosses.
+// statusMessage is err's text for a span status: the message of the error
+// at the bottom of the failure (a provider's own words when it sent any),
+// without the layer, the attempt count or the status code, which the span's
+// own attributes (retrace.diagnosis, error.type, http.response.status_code)
+// carry; redacted (ctx's known secrets by exact value, secret patterns
+// besides), at most 1 KiB.
 func statusMessage(ctx context.Context, err error) string {
 	if err == nil {
 		return ""
 	}
-	var s string
-	if fe, ok := err.(*policies.FailedError); ok {
-		s = fe.Error()
-	} else {
-		s = policies.Redact(engine.ErrorText(err), engine.SecretsFrom(ctx)...)
+	e := err
+	for {
+		fe, ok := e.(*policies.FailedError)
+		if !ok || fe.Err == nil {
+			break
+		}
+		e = fe.Err
 	}
-	return engine.Truncate(s, 1024)
+	var s string
+	var api *policies.APIError
+	if errors.As(e, &api) && strings.TrimSpace(api.Message) != "" {
+		s = api.Message
+	} else if s = engine.ErrorText(e); strings.TrimSpace(s) == "" {
+		s = "error without a message"
+	}
+	return engine.Truncate(policies.Redact(s, engine.SecretsFrom(ctx)...), 1024)
 }
 
 // circuitState is the retrace.circuit.state value of a breaker state.

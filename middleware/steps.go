@@ -79,10 +79,12 @@ func (c *call[Req, Resp]) reject(ctx context.Context, policy string, rej error, 
 // the layer's.
 func (l *layer[Req, Resp]) breakerStep(h breakerPolicy, next step[Req, Resp]) step[Req, Resp] {
 	b := h.Engine()
+	l.meter.watch(b, l.name)
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		clk := l.clock()
 		permit, ok := b.Acquire(clk)
 		if !ok {
+			c.noteState(ctx, c.current(), permit.State())
 			if c.recording {
 				c.current().SetAttributes(telemetry.CircuitState.String(telemetry.CircuitOpen))
 			}
@@ -98,12 +100,15 @@ func (l *layer[Req, Resp]) breakerStep(h breakerPolicy, next step[Req, Resp]) st
 			}
 			ctx, span = c.policySpan(ctx, telemetry.PolicyCircuitBreaker, telemetry.CircuitState.String(state))
 		}
+		c.noteState(ctx, spanOr(span, c.current()), permit.State())
 		resp, err := next(ctx, c, req)
 		count := engine.Success
 		if err != nil {
 			count = engine.CountOf(string(c.classifyFor(ctx, h, err).Class))
 		}
-		b.Record(permit, count, clk)
+		if serr := b.Record(permit, count, clk); serr != nil {
+			c.noteState(ctx, spanOr(span, c.current()), engine.StateUse{Policy: engine.StateBreaker, Degraded: serr})
+		}
 		c.endPolicySpan(ctx, span, err)
 		return resp, err
 	}
@@ -208,6 +213,7 @@ func (l *layer[Req, Resp]) foreignStep(ps []failsafe.Policy[Resp], next step[Req
 			if n > 1 {
 				if b := engine.BudgetFrom(ctx); b != nil && !b.TryDraw() {
 					c.budgetOut = true
+					l.meter.refused(ctx)
 					cancel()
 					var zero Resp
 					return zero, policies.ErrBudgetExhausted
@@ -233,6 +239,9 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 		delay = now.Sub(c.lastEnd)
 	}
 	c.frame.startAttempt(n, delay)
+	if n > 1 {
+		c.l.meter.retried(ctx, delay)
+	}
 	var span trace.Span
 	if c.recording {
 		ctx, span = c.l.tracerNow().Start(ctx, c.l.attemptName)

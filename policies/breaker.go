@@ -40,8 +40,25 @@ type BreakerConfig struct {
 	Clock clock.Clock
 	// OnStateChange, if set, is called after each transition, outside the
 	// breaker's lock. A panic in it is recovered: it cannot leave the
-	// breaker stuck.
+	// breaker stuck. With a State it is called in the worker whose call
+	// made the transition.
 	OnStateChange func(from, to circuitbreaker.State)
+	// State, if set, is shared by every breaker of the same Name on it (the
+	// workers of a fleet): the failures of all of them count toward
+	// FailureThreshold, one probe goes through per cool-down for all of
+	// them, and a successful probe closes it for everyone. Name is its key
+	// ("" → "default"); give every worker the same settings, and a Clock
+	// that agrees across them (the wall clock, or one started together).
+	//
+	// When the State fails or does not answer in time, the breaker decides
+	// on its local state, counting this worker's calls alone, until it
+	// answers again: an outage then costs each worker its own
+	// FailureThreshold failures, as without a State, but no call is refused
+	// or held because the State is down.
+	State State
+	// StateTTL is how long the shared record outlives its last use; 0 → ten
+	// cool-downs, at least an hour (an expired record starts closed).
+	StateTTL time.Duration
 }
 
 // CircuitBreaker is the breaker [NewCircuitBreaker] builds. It implements
@@ -73,9 +90,17 @@ func NewCircuitBreaker[R any](cfg BreakerConfig) *CircuitBreaker[R] {
 		cfg.SuccessThreshold = 1
 	}
 	cfg.SuccessThreshold = min(cfg.SuccessThreshold, cfg.HalfOpenProbes)
+	if cfg.State != nil && cfg.StateTTL <= 0 {
+		cfg.StateTTL = max(time.Hour, 10*cfg.Delay)
+	}
+	key := cfg.Name
+	if key == "" {
+		key = "default"
+	}
 	b := engine.NewBreaker(engine.BreakerLimits{
 		Name: cfg.Name, FailureThreshold: cfg.FailureThreshold, Delay: cfg.Delay, HalfOpenProbes: cfg.HalfOpenProbes,
 		SuccessThreshold: cfg.SuccessThreshold, Clock: cfg.Clock, OnStateChange: cfg.OnStateChange,
+		State: cfg.State, Key: "breaker:" + key, TTL: cfg.StateTTL,
 	})
 	return &CircuitBreaker[R]{cfg: cfg, exec: &breakerExecutor[R]{judge: judge{classifier: cfg.Classifier}, b: b}}
 }

@@ -2,8 +2,11 @@ package policies
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
+	"time"
 
+	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
 )
 
@@ -12,8 +15,11 @@ import (
 // with outcome budget_exhausted. It is safe for concurrent use.
 type TaskBudget struct {
 	limit int64
-	used  atomic.Int64
+	used  atomic.Int64 // with a State: the shared count as last seen, and the local draws after it
 	deny  atomic.Int64
+	state State
+	key   string
+	ttl   time.Duration
 }
 
 // WithTaskBudget returns a context whose retrying layers share a budget of
@@ -21,6 +27,23 @@ type TaskBudget struct {
 // further down replaces this one for the calls beneath it.
 func WithTaskBudget(ctx context.Context, retries int) context.Context {
 	return engine.WithBudget(ctx, &TaskBudget{limit: int64(max(retries, 0))})
+}
+
+// WithSharedTaskBudget returns a context whose retrying layers draw from the
+// budget of task taskID on st: every worker of the task, in any process,
+// draws from one count of retries. The count expires a day after its last
+// draw.
+//
+// When st fails or does not answer in time, the draw is decided locally, on
+// this worker's last sight of the shared count plus its own draws since: a
+// worker cut off from st can then spend what it last saw left, so the task
+// may overspend by what each cut-off worker spends, but no retry is refused
+// for st's sake and no call waits on it.
+func WithSharedTaskBudget(ctx context.Context, st State, taskID string, retries int) context.Context {
+	if st == nil {
+		return WithTaskBudget(ctx, retries)
+	}
+	return engine.WithBudget(ctx, &TaskBudget{limit: int64(max(retries, 0)), state: st, key: "task:" + taskID, ttl: 24 * time.Hour})
 }
 
 // TaskBudgetFrom returns the context's task budget, or nil.
@@ -31,6 +54,34 @@ func TaskBudgetFrom(ctx context.Context) *TaskBudget {
 
 // TryDraw takes one retry from the budget and reports whether there was one.
 func (b *TaskBudget) TryDraw() bool {
+	ok, _ := b.Draw(context.Background())
+	return ok
+}
+
+// Draw takes one retry, from the shared State if the budget has one, and
+// says which state decided.
+func (b *TaskBudget) Draw(ctx context.Context) (bool, engine.StateUse) {
+	if b.state == nil {
+		return b.drawLocal(), engine.StateUse{}
+	}
+	v, err := b.state.Draw(ctx, b.key, b.limit, b.ttl)
+	if err != nil {
+		return b.drawLocal(), engine.StateUse{Policy: engine.StateBudget, Degraded: err}
+	}
+	for {
+		// The local count follows the shared one up, never down.
+		used := b.used.Load()
+		if used >= v.Used || b.used.CompareAndSwap(used, v.Used) {
+			break
+		}
+	}
+	if !v.OK {
+		b.deny.Add(1)
+	}
+	return v.OK, engine.StateUse{Policy: engine.StateBudget, Shared: true}
+}
+
+func (b *TaskBudget) drawLocal() bool {
 	for {
 		used := b.used.Load()
 		if used >= b.limit {
@@ -46,7 +97,8 @@ func (b *TaskBudget) TryDraw() bool {
 // Limit is the number of retries the task may make.
 func (b *TaskBudget) Limit() int { return int(b.limit) }
 
-// Used is the number of retries drawn so far.
+// Used is the number of retries drawn so far: with a State, as this worker
+// last saw the shared count.
 func (b *TaskBudget) Used() int { return int(b.used.Load()) }
 
 // Remaining is the number of retries left.
@@ -54,3 +106,123 @@ func (b *TaskBudget) Remaining() int { return int(b.limit - b.used.Load()) }
 
 // Denied is the number of retries the budget has refused.
 func (b *TaskBudget) Denied() int { return int(b.deny.Load()) }
+
+// RetryBudgetConfig configures a [RetryBudget]. The zero value allows
+// retries of at most 10% of the calls over the last 10 s, and 3 in any
+// window however few the calls.
+type RetryBudgetConfig struct {
+	// Name keys the budget in its State; "" → "default".
+	Name string
+	// Ratio is the most retries per call over the window; 0 → 0.1.
+	Ratio float64
+	// Window is how far back calls and retries count (a sliding window);
+	// 0 → 10 s.
+	Window time.Duration
+	// MinRetries are allowed in any window, however few the calls, so that
+	// a quiet service can still retry; 0 → 3, negative → none.
+	MinRetries int
+	// State, if set, is shared by every budget of the same Name on it: the
+	// calls and retries of the whole fleet count in one window.
+	//
+	// When the State fails or does not answer in time, the budget counts in
+	// this worker's own window, which sees only this worker's calls: the
+	// fleet may then retry its ratio of the calls of each worker, the same
+	// bound, only no longer pooled. No call is refused or held for the
+	// State's sake.
+	State State
+	// Clock times the window; nil → the wall clock. Workers sharing a State
+	// need clocks that agree.
+	Clock clock.Clock
+}
+
+// RetryBudget bounds retries to a fraction of calls over a sliding window,
+// for a worker or, with a State, for a fleet: a retry storm is then bounded
+// for the fleet, not per process. Give it to a retry policy as
+// [RetryConfig.Budget]; each call that policy makes counts, and each retry
+// asks the budget first (a refused retry ends the call budget_exhausted).
+// It is safe for concurrent use.
+type RetryBudget struct {
+	cfg   RetryBudgetConfig
+	key   string
+	local *engine.MemoryState // this worker's window: without a State, or when it fails
+	last  atomic.Uint64       // math.Float64bits of the last retries/calls ratio seen
+}
+
+// NewRetryBudget builds a retry budget (see [RetryBudgetConfig]).
+func NewRetryBudget(cfg RetryBudgetConfig) *RetryBudget {
+	if cfg.Ratio <= 0 {
+		cfg.Ratio = 0.1
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 10 * time.Second
+	}
+	switch {
+	case cfg.MinRetries == 0:
+		cfg.MinRetries = 3
+	case cfg.MinRetries < 0:
+		cfg.MinRetries = 0
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	key := cfg.Name
+	if key == "" {
+		key = "default"
+	}
+	return &RetryBudget{cfg: cfg, key: "retry:" + key, local: engine.NewMemoryState()}
+}
+
+// Config returns the configuration with its defaults filled in.
+func (b *RetryBudget) Config() RetryBudgetConfig { return b.cfg }
+
+// step records a call or asks for a retry, on the State if there is one,
+// else, or when it fails, on the local window.
+func (b *RetryBudget) step(ctx context.Context, retry bool) (bool, engine.StateUse) {
+	op := engine.RatioOp{Retry: retry, Now: b.cfg.Clock.Now(), Window: b.cfg.Window, Ratio: b.cfg.Ratio, MinRetries: b.cfg.MinRetries}
+	var use engine.StateUse
+	if b.cfg.State != nil {
+		v, err := b.cfg.State.Ratio(ctx, b.key, op)
+		if err == nil {
+			b.seen(v)
+			return v.OK, engine.StateUse{Policy: engine.StateBudget, Shared: true}
+		}
+		use = engine.StateUse{Policy: engine.StateBudget, Degraded: err}
+	}
+	v, _ := b.local.Ratio(ctx, b.key, op) // memory never fails
+	b.seen(v)
+	return v.OK, use
+}
+
+func (b *RetryBudget) seen(v engine.RatioView) {
+	r := 0.0
+	if v.Calls > 0 {
+		r = v.Retries / v.Calls
+	}
+	b.last.Store(math.Float64bits(r))
+}
+
+// Rate is the ratio of retries to calls over the window, as last seen. It
+// implements failsafe-go's budget.Budget, so that the budget can be given
+// as RetryConfig.Budget.
+func (b *RetryBudget) Rate() float64 { return math.Float64frombits(b.last.Load()) }
+
+// RecordExecution counts a call; retrace's retry loop calls it once per call.
+func (b *RetryBudget) RecordExecution() { b.step(context.Background(), false) }
+
+// ReleaseExecution does nothing: the budget counts calls over a window, not
+// calls in flight.
+func (b *RetryBudget) ReleaseExecution() {}
+
+// TryAcquirePermit asks for one retry and reports whether it may go ahead.
+func (b *RetryBudget) TryAcquirePermit() bool {
+	ok, _ := b.step(context.Background(), true)
+	return ok
+}
+
+// AcquireFrom asks for one retry and says which state decided.
+func (b *RetryBudget) AcquireFrom(ctx context.Context) (bool, engine.StateUse) {
+	return b.step(ctx, true)
+}
+
+// ReleasePermit does nothing: a retry stays counted for the window.
+func (b *RetryBudget) ReleasePermit() {}

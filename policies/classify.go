@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -385,8 +384,12 @@ func transientNetwork(err error) (string, bool) {
 }
 
 // errorType returns the low-cardinality error.type of err: the API error's
-// code or status when there is one, else the Go type of the first error in
-// the chain that is not a mere wrapper, else "_OTHER" (the OTel fallback).
+// code or status when there is one; else the name an error in the chain
+// gives itself (an ErrorType() string method, as retrace's stream and limit
+// errors have); else a short stable name for the network and TLS failures
+// below; else "_OTHER", the conventions' fallback. A Go type name is never
+// used: it changes with the code, and the layers of one failure would
+// disagree on it.
 func errorType(err error) string {
 	var api *APIError
 	if errors.As(err, &api) {
@@ -400,29 +403,54 @@ func errorType(err error) string {
 			return "_OTHER"
 		}
 	}
-	for e := err; e != nil; {
-		switch e.(type) {
-		case *FailedError, *Error:
-		default:
-			t := reflect.TypeOf(e).String()
-			if !wrapperTypes[t] {
-				if t == "*errors.errorString" {
-					return "_OTHER"
-				}
-				return t
-			}
+	var named interface{ ErrorType() string }
+	if errors.As(err, &named) {
+		if t := safeCode(named.ErrorType()); t != "" {
+			return t
 		}
-		u, ok := e.(interface{ Unwrap() error })
-		if !ok {
-			break
-		}
-		e = u.Unwrap()
+	}
+	if t, ok := networkType(err); ok {
+		return t
 	}
 	return "_OTHER"
 }
 
-var wrapperTypes = map[string]bool{
-	"*fmt.wrapError":  true,
-	"*fmt.wrapErrors": true,
-	"*url.Error":      true,
+// networkType names the network and TLS failures error.type can tell apart.
+func networkType(err error) (string, bool) {
+	switch {
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection_reset", true
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused", true
+	case errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
+		return "connection_closed", true
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected_eof", true
+	case errors.Is(err, io.EOF):
+		return "eof", true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout", true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return "dns_error", true
+	}
+	var (
+		unknownAuthority x509.UnknownAuthorityError
+		hostname         x509.HostnameError
+		invalidCert      x509.CertificateInvalidError
+		verification     *tls.CertificateVerificationError
+		record           tls.RecordHeaderError
+	)
+	if errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalidCert) ||
+		errors.As(err, &verification) || errors.As(err, &record) {
+		return "tls_error", true
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return "network_error", true
+	}
+	return "", false
 }

@@ -38,6 +38,19 @@ func (timeoutErr) Error() string   { return "i/o timeout" }
 func (timeoutErr) Timeout() bool   { return true }
 func (timeoutErr) Temporary() bool { return true }
 
+// An error that names its own type (an ErrorType method) gives error.type,
+// through any wrapping; a name that could carry text is refused.
+type namedErr struct{ name string }
+
+func (e namedErr) Error() string     { return "named" }
+func (e namedErr) ErrorType() string { return e.name }
+
+func TestErrorTypeNamedByTheError(t *testing.T) {
+	assert.Equal(t, "stream_dropped", Classify(fmt.Errorf("turn: %w", namedErr{"stream_dropped"})).Type)
+	assert.Equal(t, "_OTHER", Classify(namedErr{"has spaces and sk-secret"}).Type)
+	assert.Equal(t, "_OTHER", Classify(errors.New("plain")).Type, "never a Go type name")
+}
+
 func TestClassifyRules(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -87,10 +100,10 @@ func TestClassifyRules(t *testing.T) {
 		{"500", api(500, "", "internal"), Transient, "500", "http 500"},
 		{"529 overloaded", api(529, "overloaded_error", "Overloaded"), Transient, "overloaded_error", "http 529 overloaded_error"},
 		{"anthropic api_error", api(0, "api_error", ""), Transient, "api_error", "code api_error"},
-		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, Transient, "*net.OpError", "connection reset"},
-		{"connection refused", &url.Error{Op: "Post", URL: "http://x", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, Transient, "*net.OpError", "connection refused"},
-		{"unexpected EOF", fmt.Errorf("stream: %w", io.ErrUnexpectedEOF), Transient, "_OTHER", "unexpected EOF"},
-		{"net timeout", timeoutErr{}, Transient, "policies_test.timeoutErr", "timeout"},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, Transient, "connection_reset", "connection reset"},
+		{"connection refused", &url.Error{Op: "Post", URL: "http://x", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, Transient, "connection_refused", "connection refused"},
+		{"unexpected EOF", fmt.Errorf("stream: %w", io.ErrUnexpectedEOF), Transient, "unexpected_eof", "unexpected EOF"},
+		{"net timeout", timeoutErr{}, Transient, "timeout", "timeout"},
 		{"empty message: a dropped stream", errors.New(""), Transient, "_OTHER", "empty message"},
 		{"pattern overloaded", errors.New("upstream overloaded, try later"), Transient, "_OTHER", "pattern: overloaded"},
 		{"pattern rate limit", errors.New("Rate limit hit"), Transient, "_OTHER", "pattern: rate limit"},
@@ -102,7 +115,7 @@ func TestClassifyRules(t *testing.T) {
 		{"pattern reset before headers", errors.New("upstream connect error or disconnect/reset before headers"), Transient, "_OTHER", "pattern: reset before headers"},
 		{"pattern terminated", errors.New("terminated"), Transient, "_OTHER", "pattern: terminated"},
 		// tls and other 4xx
-		{"x509", &url.Error{Op: "Get", URL: "https://x", Err: x509.UnknownAuthorityError{}}, Permanent, "x509.UnknownAuthorityError", "tls"},
+		{"x509", &url.Error{Op: "Get", URL: "https://x", Err: x509.UnknownAuthorityError{}}, Permanent, "tls_error", "tls"},
 		{"404", api(404, "not_found_error", "model not found"), Permanent, "not_found_error", "http 404 not_found_error"},
 		{"400", api(400, "invalid_request_error", "messages: bad role"), Permanent, "invalid_request_error", "http 400 invalid_request_error"},
 		// unknown

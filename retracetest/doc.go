@@ -54,5 +54,23 @@
 //			Name: "search_docs", Arguments: `{"query":"retry budget"}`})
 //	})
 //
+// The same server speaks Anthropic's Messages API at POST /v1/messages (and
+// /messages); point an Anthropic client at [Server.AnthropicURL]. Its
+// requests are decoded into the same [Request], so one script serves both
+// protocols: the system prompt is a leading "system" message, a tool_result
+// block a "tool" message with the block's tool_use_id, a tool_use block a
+// [ToolCall] of its assistant message. Answers use Anthropic's event names
+// (message_start, content_block_start, text_delta and input_json_delta
+// deltas, content_block_stop, message_delta with the stop reason and the
+// output tokens, message_stop) and its error bodies ({"type": "error",
+// "error": {"type", "message"}}). Every fault works there: the OpenAI-style
+// ones answer with the Anthropic error type that means the same
+// (insufficient_quota is billing_error, a 503 api_error), [StreamEOF] ends
+// the stream without message_stop, an error event is Anthropic's "event:
+// error". [AnthropicOverloaded], [AnthropicAPIError],
+// [AnthropicRateLimited], [AuthenticationError], [PermissionError],
+// [BillingError], [RequestTooLarge], [PromptTooLong] and
+// [AnthropicErrorEvent] make Anthropic's own errors.
+//
 // The command `retrace faultserver` (cmd/retrace) runs the same server from the command line.
 package retracetest

@@ -211,7 +211,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	defer s.handles.Done()
 	w = countingWriter{ResponseWriter: w, n: &s.written}
 
-	if r.Method != http.MethodPost || (r.URL.Path != "/chat/completions" && r.URL.Path != "/v1/chat/completions") {
+	anthropic := anthropicPath(r.URL.Path)
+	if r.Method != http.MethodPost || (!anthropic && r.URL.Path != "/chat/completions" && r.URL.Path != "/v1/chat/completions") {
 		writeError(w, http.StatusNotFound, Fault{Type: "invalid_request_error",
 			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
 		return
@@ -221,6 +222,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		req.Err = err
 		req.Body = body
+	} else if anthropic {
+		req.decodeAnthropic(body)
 	} else {
 		req.decode(body)
 	}
@@ -232,6 +235,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	w.Header().Set("X-Request-Id", fmt.Sprintf("req_%d", req.Index))
+	if req.Err != nil && anthropic {
+		writeAnthropicError(w, http.StatusBadRequest, Fault{Type: "invalid_request_error", Message: req.Err.Error()})
+		return
+	}
 	if req.Err != nil {
 		writeError(w, http.StatusBadRequest, Fault{Type: "invalid_request_error", Message: "We could not parse the JSON body of your request. " +
 			"(HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)"})
@@ -240,6 +247,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	f := script(req.Index, req.clone())
 	if f.Delay > 0 {
 		wait(r.Context(), time.Duration(float64(f.Delay)*scale))
+	}
+	if anthropic {
+		respondAnthropic(w, r, req, f)
+		return
 	}
 	respond(w, r, req, f)
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"sync"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Conversation is what an agent loop talks to: a *session.Session.
@@ -39,6 +41,9 @@ type Loop struct {
 	Session  Conversation
 	Tools    Tools
 	MaxSteps int // model turns; 0 → DefaultMaxSteps
+	// Name is the agent's name (gen_ai.agent.name; the span is named
+	// "invoke_agent {Name}"); empty → none.
+	Name string
 	// Options configure the loop's span (retrace.layer=agent).
 	Options []middleware.Option
 
@@ -91,10 +96,26 @@ func (l *Loop) Run(ctx context.Context, prompt string) (LoopResult, error) {
 			Err: fmt.Errorf("%w: Loop.Tools is nil (use tool.NewBox() for a loop without tools)", ErrLoopConfig)}
 	}
 	l.once.Do(func() {
-		opts := append([]middleware.Option{middleware.WithSpanName("invoke_agent"), middleware.WithSteps(l.maxSteps())}, l.Options...)
+		opts := append(l.spanOptions(), l.Options...)
 		l.run = middleware.PoliciesWith[string, LoopResult]("agent", opts)(l.loop)
 	})
 	return l.run(ctx, prompt)
+}
+
+// spanOptions name the loop's span invoke_agent, as the GenAI conventions
+// name an agent's invocation, with the operation, the provider (when the
+// conversation says which) and the agent's name.
+func (l *Loop) spanOptions() []middleware.Option {
+	name := "invoke_agent"
+	kv := []attribute.KeyValue{telemetry.GenAIOperation.String("invoke_agent")}
+	if l.Name != "" {
+		name += " " + l.Name
+		kv = append(kv, telemetry.GenAIAgentName.String(l.Name))
+	}
+	if p, ok := l.Session.(interface{ ProviderName() string }); ok {
+		kv = append(kv, telemetry.GenAIProvider.String(p.ProviderName()))
+	}
+	return []middleware.Option{middleware.WithSpanName(name), middleware.WithAttributes(kv...), middleware.WithSteps(l.maxSteps())}
 }
 
 func (l *Loop) maxSteps() int {

@@ -87,6 +87,38 @@ func TestLoopCallsToolsThenAnswers(t *testing.T) {
 	assert.Equal(t, 1, names["execute_tool search_docs"])
 	assert.Equal(t, 2, names["chat gpt-test"])
 	assert.Contains(t, root.Attributes(), telemetry.Calls.Int64(3), "2 model calls and 1 tool call")
+	assert.Contains(t, root.Attributes(), telemetry.GenAIOperation.String("invoke_agent"))
+	assert.Contains(t, root.Attributes(), telemetry.GenAIProvider.String("openai"), "the session says which provider")
+
+	callID := second[len(second)-1].ToolCallID
+	require.NotEmpty(t, callID, "the server named the call")
+	for _, s := range rec.Ended() {
+		if s.Name() == "execute_tool search_docs" {
+			assert.Contains(t, s.Attributes(), telemetry.GenAIToolCallID.String(callID), "the model's ID for the call")
+			assert.Contains(t, s.Attributes(), telemetry.GenAIToolType.String("function"))
+		}
+		if s.Name() != "execute_tool search_docs" {
+			for _, kv := range s.Attributes() {
+				assert.NotEqual(t, telemetry.GenAIToolCallID, kv.Key, "only the tool's own span carries the call's ID: %s", s.Name())
+			}
+		}
+	}
+}
+
+func TestLoopNamesTheAgent(t *testing.T) {
+	loop, _, rec := loopFixture(t, retracetest.Always(retracetest.Reply("hi")), 0)
+	loop.Name = "oncall"
+	_, err := loop.Run(context.Background(), "hello")
+	require.NoError(t, err)
+	var root sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if !s.Parent().IsValid() {
+			root = s
+		}
+	}
+	require.NotNil(t, root)
+	assert.Equal(t, "invoke_agent oncall", root.Name())
+	assert.Contains(t, root.Attributes(), telemetry.GenAIAgentName.String("oncall"))
 }
 
 func TestLoopStepLimit(t *testing.T) {

@@ -13,6 +13,10 @@
 //
 // [OpenAI] is a streaming [Provider] for any OpenAI-compatible endpoint,
 // built on github.com/openai/openai-go/v3 with the SDK's own retries off.
+// [Anthropic] is one for Anthropic's Messages API, built on
+// github.com/anthropics/anthropic-sdk-go/v2, its retries off too; its errors
+// are classified by Anthropic's error types (overloaded_error transient,
+// billing_error fatal, "prompt is too long" a context overflow, …).
 //
 //	s, err := session.New(session.Config{Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: url, APIKey: key}), Model: "gpt-4o-mini"})
 //	reply, err := s.Run(ctx, "Summarise the incident")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
@@ -41,6 +42,20 @@ type Message struct {
 	// without a word.
 	ErrorMessage string
 	Usage        Usage
+	// Provider and Model name who made an assistant message: the
+	// provider's gen_ai.provider.name and the model asked for (or the one
+	// the provider says answered). With a fallback chain they say which
+	// candidate answered.
+	Provider, Model string
+	// ResponseID is the provider's ID for the completion, if it gave one.
+	ResponseID string
+	// FirstChunk is how long the first piece of the answer took to arrive
+	// after the request was sent; 0 when the answer came in one piece.
+	FirstChunk time.Duration
+	// PassedOver lists, for a message a fallback candidate made, the
+	// candidates before it that failed the turn, in order, and why; empty
+	// when the first candidate made it.
+	PassedOver []CandidateFailure
 }
 
 // ToolCall is a model's request to call a tool.

@@ -15,11 +15,9 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // OpenAIConfig configures an OpenAI-compatible provider.
@@ -33,6 +31,11 @@ type OpenAIConfig struct {
 	// HTTPClient, if set, makes the requests (with middleware.Transport in it,
 	// each request is a span).
 	HTTPClient *http.Client
+	// Middleware runs around each HTTP request the SDK makes, inside its
+	// retry loop (option.WithMiddleware): middleware.SDK("openai-go",
+	// SDKRetries, opts...) makes each request a span, counted in
+	// retrace.calls, and names the SDK's retries in the trace.
+	Middleware []func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error)
 	// Name is gen_ai.provider.name; empty → "openai".
 	Name string
 	// Limits bound what the provider reads of an answer: one event, a
@@ -46,6 +49,7 @@ type OpenAI struct {
 	client openai.Client
 	name   string
 	key    string
+	base   string // the configured base URL; empty → the SDK's default
 }
 
 // NewOpenAI returns a provider built on github.com/openai/openai-go/v3, with
@@ -53,8 +57,13 @@ type OpenAI struct {
 func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 	opts := []option.RequestOption{
 		option.WithMaxRetries(max(cfg.SDKRetries, 0)),
-		option.WithMiddleware(cfg.Limits.orDefaults().middleware),
 	}
+	for _, m := range cfg.Middleware {
+		if m != nil {
+			opts = append(opts, option.WithMiddleware(m))
+		}
+	}
+	opts = append(opts, option.WithMiddleware(cfg.Limits.orDefaults().middleware))
 	if cfg.BaseURL != "" {
 		opts = append(opts, option.WithBaseURL(cfg.BaseURL))
 	}
@@ -68,11 +77,15 @@ func NewOpenAI(cfg OpenAIConfig) *OpenAI {
 	if name == "" {
 		name = "openai"
 	}
-	return &OpenAI{client: openai.NewClient(opts...), name: name, key: cfg.APIKey}
+	return &OpenAI{client: openai.NewClient(opts...), name: name, key: cfg.APIKey, base: cfg.BaseURL}
 }
 
 // Name implements Provider.
 func (p *OpenAI) Name() string { return p.name }
+
+// Server is the host and port the provider calls (server.address and
+// server.port on its inference spans).
+func (p *OpenAI) Server() (string, int) { return serverOf(p.base, "api.openai.com") }
 
 // Secrets implements SecretHolder: the configured API key, which a session
 // redacts by exact value wherever retrace writes text (a provider may echo
@@ -135,9 +148,7 @@ func (p *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
 	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() && acc.Model != "" {
-		span.SetAttributes(telemetry.GenAIResponseModel.String(acc.Model))
-	}
+	msg.Model, msg.ResponseID = acc.Model, acc.ID // the model that answered, which the session names if empty
 	return msg, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/engine"
@@ -39,6 +40,16 @@ type Config struct {
 	// Compactor shortens the history after a context overflow; nil →
 	// DropOldest.
 	Compactor Compactor
+	// Fallbacks are the models tried, in order, when Provider and Model
+	// fail a turn in a way another model may not (see [DefaultFallbackOn]):
+	// a chain whose first candidate is Provider and Model. Each candidate
+	// runs the whole turn, with the session's Retry, ModelTimeout and
+	// Compactor, on the history as it was when the turn began.
+	Fallbacks []Candidate
+	// FallbackOn decides whether a candidate's failure passes the turn to
+	// the next candidate; nil → DefaultFallbackOn. It is never asked once
+	// the caller's context has ended.
+	FallbackOn func(err error) bool
 	// OnDelta, if set, receives the streaming text of each model call.
 	OnDelta func(Delta)
 	// Options configure both layers' tracing and clock.
@@ -92,10 +103,11 @@ func DropOldest(_ context.Context, history []Message) ([]Message, error) {
 // concurrent use; turns run one at a time.
 type Session struct {
 	cfg   Config
-	run   middleware.Handler[struct{}, Message] // the session layer around one turn
-	model middleware.Handler[Request, Message]  // the model layer around the provider
+	runs  []middleware.Handler[int, Message]    // each candidate's session layer around one turn
+	cands []*candidate                          // Provider and Model first, then the fallbacks
+	chain middleware.Handler[struct{}, Message] // the fallback layer around the candidates; nil without fallbacks
 
-	secrets []string // the provider's credentials, redacted by exact value
+	secrets []string // the providers' credentials, redacted by exact value
 
 	mu      sync.Mutex
 	history []Message
@@ -116,24 +128,89 @@ func New(cfg Config) (*Session, error) {
 	if cfg.Compactor == nil {
 		cfg.Compactor = DropOldest
 	}
-	s := &Session{cfg: cfg}
-	if h, ok := cfg.Provider.(SecretHolder); ok {
-		s.secrets = h.Secrets()
+	if err := validFallbacks(cfg.Fallbacks); err != nil {
+		return nil, err
 	}
-	modelOpts := append(append([]middleware.Option{}, cfg.Options...),
-		middleware.WithSpanName("chat "+cfg.Model),
-		middleware.WithSpanKind(trace.SpanKindClient),
-		middleware.WithAttributes(
-			telemetry.GenAIOperation.String("chat"),
-			telemetry.GenAIProvider.String(cfg.Provider.Name()),
-			telemetry.GenAIRequestModel.String(cfg.Model),
-		),
-		middleware.WithInnerAttempts(cfg.ProviderAttempts),
-	)
-	modelPolicies := append([]failsafe.Policy[Message]{policies.NewTimeout[Message](cfg.ModelTimeout, nil)}, cfg.ModelPolicies...)
-	s.model = middleware.PoliciesWith[Request, Message]("model", modelOpts, modelPolicies...)(s.stream)
-	s.run = middleware.PoliciesWith[struct{}, Message]("session", cfg.Options, policies.NewRetry[Message](cfg.Retry))(s.attempt)
+	s := &Session{cfg: cfg}
+	chain := append([]Candidate{{Provider: cfg.Provider, Model: cfg.Model, ModelPolicies: cfg.ModelPolicies, ProviderAttempts: cfg.ProviderAttempts}}, cfg.Fallbacks...)
+	for i, c := range chain {
+		if h, ok := c.Provider.(SecretHolder); ok {
+			s.secrets = append(s.secrets, h.Secrets()...)
+		}
+		s.cands = append(s.cands, s.newCandidate(i, c, s.modelLayer(c)))
+	}
+	for _, c := range chain {
+		s.runs = append(s.runs, s.sessionLayer(c))
+	}
+	if len(chain) > 1 {
+		s.chain = s.fallbackLayer()
+	}
 	return s, nil
+}
+
+// sessionLayer is candidate c's session layer, its logical model call: a
+// CLIENT span "chat {model}" with the GenAI attributes from its start,
+// covering the session's retries, and ending with the usage, response model,
+// response ID and finish reasons of the attempt that ended it (["error"]
+// when it failed), as the GenAI conventions define an inference span under
+// automatic retries. Its attempts, and the model layer within each, are
+// INTERNAL; the physical requests beneath are the HTTP CLIENT spans.
+func (s *Session) sessionLayer(c Candidate) middleware.Handler[int, Message] {
+	attrs := []attribute.KeyValue{
+		telemetry.GenAIOperation.String("chat"),
+		telemetry.GenAIProvider.String(c.Provider.Name()),
+		telemetry.GenAIRequestModel.String(c.Model),
+		telemetry.GenAIRequestStream.Bool(true),
+	}
+	if sv, ok := c.Provider.(interface{ Server() (string, int) }); ok {
+		if host, port := sv.Server(); host != "" {
+			attrs = append(attrs, telemetry.ServerAddress.String(host))
+			if port > 0 {
+				attrs = append(attrs, telemetry.ServerPort.Int(port))
+			}
+		}
+	}
+	opts := append(append([]middleware.Option{}, s.cfg.Options...),
+		middleware.WithSpanName("chat "+c.Model),
+		middleware.WithSpanKind(trace.SpanKindClient),
+		middleware.WithAttributes(attrs...),
+		middleware.WithEndAttributes(inferenceEnd),
+		middleware.WithGenAIMetrics(func(m Message) (int, int) { return m.Usage.InputTokens, m.Usage.OutputTokens }),
+	)
+	return middleware.PoliciesWith[int, Message]("session", opts, policies.NewRetry[Message](s.cfg.Retry))(s.attempt)
+}
+
+// inferenceEnd is what the inference span learns when the call ends.
+func inferenceEnd(m Message, err error) []attribute.KeyValue {
+	if err != nil {
+		return []attribute.KeyValue{telemetry.GenAIFinishReasons.StringSlice([]string{StopError})}
+	}
+	kv := []attribute.KeyValue{
+		telemetry.GenAIInputTokens.Int(m.Usage.InputTokens),
+		telemetry.GenAIOutputTokens.Int(m.Usage.OutputTokens),
+		telemetry.GenAIFinishReasons.StringSlice([]string{m.StopReason}),
+	}
+	if m.Model != "" {
+		kv = append(kv, telemetry.GenAIResponseModel.String(m.Model))
+	}
+	if m.ResponseID != "" {
+		kv = append(kv, telemetry.GenAIResponseID.String(m.ResponseID))
+	}
+	if m.FirstChunk > 0 {
+		kv = append(kv, telemetry.GenAITimeToFirstChunk.Float64(m.FirstChunk.Seconds()))
+	}
+	return kv
+}
+
+// modelLayer is candidate c's model layer, one per session attempt: an
+// INTERNAL span "model", cut by the model timeout, through the candidate's
+// own model policies, around its provider.
+func (s *Session) modelLayer(c Candidate) middleware.Handler[Request, Message] {
+	opts := append(append([]middleware.Option{}, s.cfg.Options...),
+		middleware.WithInnerAttempts(c.ProviderAttempts),
+	)
+	modelPolicies := append([]failsafe.Policy[Message]{policies.NewTimeout[Message](s.cfg.ModelTimeout, nil)}, c.ModelPolicies...)
+	return middleware.PoliciesWith[Request, Message]("model", opts, modelPolicies...)(s.streamer(c.Provider))
 }
 
 // History returns a copy of the conversation so far.
@@ -179,11 +256,20 @@ func (s *Session) Continue(ctx context.Context) (Message, error) {
 	return msg, err
 }
 
-// turn runs the session layer; after a context overflow it compacts the
-// history and runs it once more. That run is not a transient retry: it is a
-// second call of the session layer, with its own span.
+// turn makes the assistant's turn: through the fallback chain when the
+// session has one, else on its own provider.
 func (s *Session) turn(ctx context.Context) (Message, error) {
-	msg, err := s.run(ctx, struct{}{})
+	if s.chain != nil {
+		return s.chain(ctx, struct{}{})
+	}
+	return s.turnOn(ctx, 0)
+}
+
+// turnOn runs the session layer on candidate i; after a context overflow it
+// compacts the history and runs it once more. That run is not a transient
+// retry: it is a second call of the session layer, with its own span.
+func (s *Session) turnOn(ctx context.Context, i int) (Message, error) {
+	msg, err := s.runs[i](ctx, i)
 	var fe *policies.FailedError
 	if err == nil || !errors.As(err, &fe) || fe.Class != policies.ContextOverflow {
 		return msg, err
@@ -203,7 +289,7 @@ func (s *Session) turn(ctx context.Context) (Message, error) {
 		telemetry.CompactionAfter.Int(len(compacted)),
 	))
 	s.history = compacted
-	return s.run(ctx, struct{}{})
+	return s.runs[i](middleware.WithCallAttributes(ctx, telemetry.GenAIConversationCompacted.Bool(true)), i)
 }
 
 // compact runs the user's compactor. A compactor that panics is a bug in
@@ -218,15 +304,24 @@ func compact(ctx context.Context, c Compactor, history []Message) (out []Message
 	return c(ctx, history)
 }
 
-// attempt is one try of the turn, inside the session layer's retry.
-func (s *Session) attempt(ctx context.Context, _ struct{}) (Message, error) {
+// attempt is one try of candidate i's turn, inside the session layer's
+// retry. The message it makes names the provider and model that made it.
+func (s *Session) attempt(ctx context.Context, i int) (Message, error) {
 	s.popFailed() // the failed message must not reach the next request
-	req := Request{Model: s.cfg.Model, Messages: s.request(), Tools: s.cfg.Tools}
-	msg, err := s.model(ctx, req)
+	c := s.cands[i]
+	req := Request{Model: c.model, Messages: s.request(), Tools: s.cfg.Tools}
+	msg, err := c.call(ctx, req)
 	if err != nil {
-		msg = Message{Role: Assistant, StopReason: StopError, ErrorMessage: errorText(err, engine.SecretsFrom(ctx))}
+		msg = Message{Role: Assistant, StopReason: StopError, ErrorMessage: errorText(err, engine.SecretsFrom(ctx)),
+			Provider: c.provider.Name(), Model: c.model}
 		s.history = append(s.history, msg)
 		return msg, &TurnError{Message: msg, Err: err}
+	}
+	if msg.Provider == "" {
+		msg.Provider = c.provider.Name()
+	}
+	if msg.Model == "" {
+		msg.Model = c.model
 	}
 	s.history = append(s.history, msg)
 	return msg, nil
@@ -248,18 +343,27 @@ func (s *Session) request() []Message {
 	return append(msgs, s.history...)
 }
 
-// stream is the model layer's handler: one provider call.
-func (s *Session) stream(ctx context.Context, req Request) (Message, error) {
-	msg, err := s.cfg.Provider.Stream(ctx, req, s.cfg.OnDelta)
-	if err != nil {
-		return msg, err
+// streamer is the model layer's handler for provider p: one provider call,
+// timed to its first piece of answer.
+func (s *Session) streamer(p Provider) middleware.Handler[Request, Message] {
+	return func(ctx context.Context, req Request) (Message, error) {
+		start := time.Now()
+		var first time.Duration
+		onDelta := func(d Delta) {
+			if first == 0 {
+				first = max(time.Since(start), time.Nanosecond)
+			}
+			if s.cfg.OnDelta != nil {
+				s.cfg.OnDelta(d)
+			}
+		}
+		msg, err := p.Stream(ctx, req, onDelta)
+		if err != nil {
+			return msg, err
+		}
+		if msg.FirstChunk == 0 {
+			msg.FirstChunk = first
+		}
+		return msg, nil
 	}
-	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(
-			telemetry.GenAIInputTokens.Int(msg.Usage.InputTokens),
-			telemetry.GenAIOutputTokens.Int(msg.Usage.OutputTokens),
-			telemetry.GenAIFinishReasons.StringSlice([]string{msg.StopReason}),
-		)
-	}
-	return msg, nil
 }

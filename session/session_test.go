@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/retrace-go/retrace/clock"
@@ -99,14 +100,28 @@ func TestStreamingSuccess(t *testing.T) {
 	assert.Greater(t, msg.Usage.InputTokens, 0)
 	assert.Equal(t, 3, msg.Usage.OutputTokens)
 
+	// The logical model call is the session's span: a CLIENT "chat {model}"
+	// span that covers the retries; the model layer within is INTERNAL.
 	model := f.spans("model")
 	require.Len(t, model, 1)
-	assert.Equal(t, "chat gpt-test", model[0].Name())
-	assert.Equal(t, "chat", v(model[0], telemetry.GenAIOperation))
-	assert.Equal(t, "openai", v(model[0], telemetry.GenAIProvider))
-	assert.Equal(t, "gpt-test", v(model[0], telemetry.GenAIRequestModel))
-	assert.Equal(t, "3", v(model[0], telemetry.GenAIOutputTokens))
-	assert.Equal(t, `["stop"]`, v(model[0], telemetry.GenAIFinishReasons))
+	assert.Equal(t, "model", model[0].Name())
+	assert.Equal(t, trace.SpanKindInternal, model[0].SpanKind())
+	assert.Empty(t, v(model[0], telemetry.GenAIOperation), "only the inference span is an inference")
+	chat := f.spans("session")
+	require.Len(t, chat, 1)
+	assert.Equal(t, "chat gpt-test", chat[0].Name())
+	assert.Equal(t, trace.SpanKindClient, chat[0].SpanKind())
+	assert.Equal(t, "chat", v(chat[0], telemetry.GenAIOperation))
+	assert.Equal(t, "openai", v(chat[0], telemetry.GenAIProvider))
+	assert.Equal(t, "gpt-test", v(chat[0], telemetry.GenAIRequestModel))
+	assert.Equal(t, "true", v(chat[0], telemetry.GenAIRequestStream))
+	assert.Equal(t, "127.0.0.1", v(chat[0], telemetry.ServerAddress))
+	assert.NotEmpty(t, v(chat[0], telemetry.ServerPort))
+	assert.Equal(t, "3", v(chat[0], telemetry.GenAIOutputTokens))
+	assert.Equal(t, `["stop"]`, v(chat[0], telemetry.GenAIFinishReasons))
+	assert.NotEmpty(t, v(chat[0], telemetry.GenAIResponseID), "the completion's ID")
+	assert.NotEmpty(t, v(chat[0], telemetry.GenAITimeToFirstChunk))
+	assert.Greater(t, msg.FirstChunk, time.Duration(0))
 	for _, s := range f.rec.Ended() {
 		for _, kv := range s.Attributes() {
 			assert.NotContains(t, kv.Value.String(), "0123456789abcdefghij", "the API key reached a span")

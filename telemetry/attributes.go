@@ -57,6 +57,16 @@ const (
 	EventCompacted = "retrace.session.compacted"
 )
 
+// Version is retrace's version, the instrumentation scope's version on
+// every span and instrument it makes.
+const Version = "0.5.0"
+
+// SchemaURL is the OpenTelemetry semantic conventions' schema that
+// retrace's standard names (gen_ai.*, http.*, server.*, error.type) follow.
+// 1.41.0 is the last release with the GenAI conventions in the main
+// repository; they match the names here.
+const SchemaURL = "https://opentelemetry.io/schemas/1.41.0"
+
 // OpenTelemetry semantic-convention keys retrace sets.
 const (
 	ErrorType = attribute.Key("error.type") // failed span: the error's low-cardinality type
@@ -67,13 +77,30 @@ const (
 	GenAIResponseModel = attribute.Key("gen_ai.response.model")          // the model that answered
 	GenAIInputTokens   = attribute.Key("gen_ai.usage.input_tokens")      // prompt tokens
 	GenAIOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")     // completion tokens
-	GenAIFinishReasons = attribute.Key("gen_ai.response.finish_reasons") // why the model stopped
+	GenAIFinishReasons = attribute.Key("gen_ai.response.finish_reasons") // why the model stopped; ["error"] when the call failed
+	GenAIResponseID    = attribute.Key("gen_ai.response.id")             // the provider's ID for the completion
+	GenAIRequestStream = attribute.Key("gen_ai.request.stream")          // the answer was asked for as a stream
+	// GenAITimeToFirstChunk is how long the answer's first piece took to
+	// arrive, in seconds, in the attempt that ended the call.
+	GenAITimeToFirstChunk = attribute.Key("gen_ai.response.time_to_first_chunk")
+	// GenAIConversationCompacted marks a model call made with a history
+	// that was compacted after a context overflow.
+	GenAIConversationCompacted = attribute.Key("gen_ai.conversation.compacted")
 	GenAIToolName      = attribute.Key("gen_ai.tool.name")               // the tool called
+	GenAIToolCallID    = attribute.Key("gen_ai.tool.call.id")            // the model's ID for the call
+	GenAIToolType      = attribute.Key("gen_ai.tool.type")               // function
+	GenAIToolDesc      = attribute.Key("gen_ai.tool.description")        // the tool's description, as offered to the model
+	GenAIAgentName     = attribute.Key("gen_ai.agent.name")              // the agent's name
 
 	HTTPMethod     = attribute.Key("http.request.method")       // GET, POST, …
 	HTTPStatusCode = attribute.Key("http.response.status_code") // the response's status
 	URLFull        = attribute.Key("url.full")                  // the request URL, without secrets
 	ServerAddress  = attribute.Key("server.address")            // the host called
+	ServerPort     = attribute.Key("server.port")               // the port called, the scheme's default included
+	// HTTPResendCount numbers a physical request among the attempts of one
+	// logical request: 0 for the first, then 1, 2, … for the retries
+	// (from an SDK's X-Stainless-Retry-Count, or the layer's own attempts).
+	HTTPResendCount = attribute.Key("http.request.resend_count")
 
 	ServiceName = attribute.Key("service.name") // the resource's service, when the environment names none
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
@@ -80,10 +81,7 @@ func New[A, R any](name string, fn Func[A, R], cfg Config) *Tool {
 	}
 	opts := append(append([]middleware.Option{}, cfg.Options...),
 		middleware.WithSpanName("execute_tool "+name),
-		middleware.WithAttributes(
-			telemetry.GenAIOperation.String("execute_tool"),
-			telemetry.GenAIToolName.String(name),
-		),
+		middleware.WithAttributes(toolAttributes(name, cfg.Description)...),
 	)
 	h := middleware.PoliciesWith[A, R]("tool", opts, ps...)(middleware.Handler[A, R](fn))
 	t.invoke = func(ctx context.Context, raw string) (string, error) {
@@ -191,6 +189,22 @@ func (b *Box) Invoke(ctx context.Context, call session.ToolCall) session.Message
 		msg.Content = f.JSON()
 		return msg
 	}
+	if call.ID != "" {
+		ctx = middleware.WithCallAttributes(ctx, telemetry.GenAIToolCallID.String(call.ID))
+	}
 	msg.Content = t.Invoke(ctx, call.Arguments).Content
 	return msg
+}
+
+// toolAttributes are an execute_tool span's attributes from its start.
+func toolAttributes(name, description string) []attribute.KeyValue {
+	kv := []attribute.KeyValue{
+		telemetry.GenAIOperation.String("execute_tool"),
+		telemetry.GenAIToolName.String(name),
+		telemetry.GenAIToolType.String("function"),
+	}
+	if description != "" {
+		kv = append(kv, telemetry.GenAIToolDesc.String(description))
+	}
+	return kv
 }

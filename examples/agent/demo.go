@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
@@ -45,6 +47,9 @@ type demo struct {
 	opts      options
 	tp        trace.TracerProvider
 	shutdown  func(context.Context) error
+	mp        metric.MeterProvider
+	mshutdown func(context.Context) error
+	otlpFile  *os.File // -otlp-file, nil without it
 	spans     *store
 	exporting bool
 	clk       clock.Clock
@@ -72,10 +77,21 @@ func newDemo(ctx context.Context, o options, getenv func(string) string, stderr 
 	if err != nil {
 		return nil, err
 	}
-	return &demo{opts: o, tp: tp, shutdown: shutdown, spans: st, exporting: x.OTLP, clk: clock.Scaled(o.timeScale)}, nil
+	d := &demo{opts: o, tp: tp, shutdown: shutdown, spans: st, exporting: x.OTLP, clk: clock.Scaled(o.timeScale)}
+	if err := d.openTelemetryOut(ctx, getenv, stderr); err != nil {
+		_ = shutdown(context.Background())
+		return nil, err
+	}
+	return d, nil
 }
 
-func (d *demo) close() { _ = d.shutdown(context.Background()) }
+func (d *demo) close() {
+	_ = d.closeMetrics()
+	_ = d.shutdown(context.Background())
+	if d.otlpFile != nil {
+		_ = d.otlpFile.Close()
+	}
+}
 
 // modelTimeout is the per-call timeout on the scaled clock: 2 minutes, and
 // never less than 10 s of wall time, so that a scaled-down run on a busy
@@ -86,7 +102,7 @@ func (d *demo) modelTimeout() time.Duration {
 }
 
 func (d *demo) middlewareOptions() []middleware.Option {
-	return []middleware.Option{middleware.WithTracerProvider(d.tp), middleware.WithClock(d.clk)}
+	return []middleware.Option{middleware.WithTracerProvider(d.tp), middleware.WithMeterProvider(d.mp), middleware.WithClock(d.clk)}
 }
 
 // scenario runs one scenario against a fresh fault server.
@@ -101,15 +117,23 @@ func (d *demo) scenario(ctx context.Context, sc scenario) (result, error) {
 	defer srv.Close()
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	defer transport.CloseIdleConnections()
-	hc := &http.Client{Transport: transport}
-	if sc.sdkRetries > 0 {
-		// Each HTTP request a span of its own: the hidden layer shows.
-		hc.Transport = middleware.Transport(transport, "http", d.middlewareOptions())
+	cfg := session.OpenAIConfig{
+		BaseURL: srv.URL(), APIKey: "sk-demo-0000000000000000", SDKRetries: sc.sdkRetries,
+		HTTPClient: &http.Client{Transport: transport},
 	}
-	provider := session.NewOpenAI(session.OpenAIConfig{
-		BaseURL: srv.URL(), APIKey: "sk-demo-0000000000000000", SDKRetries: sc.sdkRetries, HTTPClient: hc,
-	})
-	res, err := d.exec(ctx, sc.name, provider, d.opts.model, sc.history, sc.singleOwner, sc.sdkRetries+1)
+	declared := sc.sdkRetries + 1 // the SDK's attempts, declared to the session: counted, not seen
+	if sc.sdkSpans {
+		// Each HTTP request of the SDK's retries a span of its own: the
+		// hidden layer shows, and names itself.
+		cfg.Middleware = append(cfg.Middleware, middleware.SDK("openai-go", sc.sdkRetries, d.middlewareOptions()...))
+		declared = 1
+	}
+	var provider session.Provider = session.NewOpenAI(cfg)
+	model := d.opts.model
+	if sc.provider == providerAnthropic {
+		provider, model = anthropicProvider(srv, cfg.HTTPClient), anthropicModel
+	}
+	res, err := d.exec(ctx, sc.name, provider, model, sc.history, sc.singleOwner, declared)
 	if err != nil {
 		return res, err
 	}
@@ -186,7 +210,7 @@ func (d *demo) fromTrace(name, traceID string, wall time.Duration) (result, erro
 
 // check compares a result with what its scenario must show.
 func check(r result, want expectation) []string {
-	p := checkCounts(r)
+	p := checkSeen(r, want.hidden)
 	if r.ProviderRequests != want.requests {
 		p = append(p, fmt.Sprintf("want %d provider requests", want.requests))
 	}
@@ -203,8 +227,14 @@ func check(r result, want expectation) []string {
 // received = leaf spans = retrace.calls, and a worst case no lower than what
 // happened.
 func checkCounts(r result) []string {
+	return checkSeen(r, 0)
+}
+
+// checkSeen is checkCounts for a scenario whose trace cannot see hidden of
+// the requests made (an SDK's retries without retrace's middleware).
+func checkSeen(r result, hidden int) []string {
 	var p []string
-	if r.ProviderRequests != r.LeafSpans || int64(r.LeafSpans) != r.Calls {
+	if r.ProviderRequests-hidden != r.LeafSpans || int64(r.LeafSpans) != r.Calls {
 		p = append(p, fmt.Sprintf("requests %d, leaf spans %d and retrace.calls %d differ", r.ProviderRequests, r.LeafSpans, r.Calls))
 	}
 	if r.WorstCase < r.Calls {

@@ -7,6 +7,8 @@
 //	go run ./examples/agent                        # every scenario
 //	go run ./examples/agent -scenario always-503   # one
 //	go run ./examples/agent -json                  # one JSON object per scenario
+//	go run ./examples/agent -metrics               # and a summary of the metrics
+//	go run ./examples/agent -otlp-file traces.json # and the traces, for retrace explain
 //	OTEL_EXPORTER_OTLP_ENDPOINT=localhost:4317 go run ./examples/agent   # and export to Jaeger
 //	OPENAI_API_KEY=… go run ./examples/agent -base-url https://api.openai.com/v1 -model gpt-4o-mini
 package main
@@ -22,6 +24,8 @@ import (
 	"os/signal"
 	"strings"
 	"text/tabwriter"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 func main() {
@@ -48,6 +52,12 @@ type options struct {
 	baseURL   string
 	model     string
 	quiet     bool
+	metrics   bool   // print the metric summary after the scenarios
+	otlpFile  string // write each scenario's trace there, as OTLP JSON
+	// metricsOut is where -metrics prints; metricReader, if set, reads the
+	// metrics too (tests).
+	metricsOut   io.Writer
+	metricReader sdkmetric.Reader
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -60,12 +70,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&o.baseURL, "base-url", "", "an OpenAI-compatible endpoint to run one live prompt against (key in OPENAI_API_KEY)")
 	fs.StringVar(&o.model, "model", "gpt-4o-mini", "the model")
 	fs.BoolVar(&o.quiet, "quiet", false, "no trees, only the summary")
+	fs.BoolVar(&o.metrics, "metrics", false, "print a summary of retrace's metrics after the scenarios")
+	fs.StringVar(&o.otlpFile, "otlp-file", "", "write each scenario's trace to `FILE` as OTLP JSON, one line per trace (retrace explain reads it)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if o.timeScale <= 0 {
 		return fmt.Errorf("-time-scale must be above 0, got %v", o.timeScale)
 	}
+	o.metricsOut = stdout
 	d, err := newDemo(ctx, o, getenv, stderr)
 	if err != nil {
 		return err
@@ -116,11 +129,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				return err
 			}
 		}
+		if err := d.writeTrace(res.TraceID); err != nil {
+			return err
+		}
 		results = append(results, res)
 	}
 	if err := d.report(stdout, results); err != nil {
 		return err
 	}
+	_ = d.closeMetrics() // setup has warned of a receiver it could not reach
 	for _, r := range results {
 		if len(r.Problems) > 0 {
 			return errCheck

@@ -12,7 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/retrace-go/retrace/retracetest"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 func TestMain(m *testing.M) {
@@ -38,8 +41,8 @@ func TestScenarios(t *testing.T) {
 			res, err := d.scenario(context.Background(), sc)
 			require.NoError(t, err)
 			assert.Equal(t, sc.want.requests, res.ProviderRequests, "provider requests")
-			assert.Equal(t, res.ProviderRequests, res.LeafSpans, "leaf spans")
-			assert.Equal(t, int64(res.ProviderRequests), res.Calls, "retrace.calls")
+			assert.Equal(t, res.ProviderRequests-sc.want.hidden, res.LeafSpans, "leaf spans")
+			assert.Equal(t, int64(res.LeafSpans), res.Calls, "retrace.calls")
 			assert.GreaterOrEqual(t, res.WorstCase, res.Calls, "the worst case is never below what happened")
 			assert.Equal(t, sc.want.outcome, res.Outcome)
 			assert.True(t, strings.HasPrefix(res.Diagnosis, sc.want.diag), "diagnosis %q", res.Diagnosis)
@@ -53,7 +56,7 @@ func TestWorstCaseShowsTheLayers(t *testing.T) {
 	d, err := newDemo(context.Background(), options{timeScale: 0.0001, model: "m"}, noEnv, &bytes.Buffer{})
 	require.NoError(t, err)
 	defer d.close()
-	want := map[string]int64{"always-503": 12, "single-owner": 4, "hidden-layer": 36}
+	want := map[string]int64{"always-503": 12, "single-owner": 4, "hidden-layer": 36, "sdk-retries": 36}
 	for _, sc := range scenarios() {
 		if w, ok := want[sc.name]; ok {
 			res, err := d.scenario(context.Background(), sc)
@@ -61,6 +64,51 @@ func TestWorstCaseShowsTheLayers(t *testing.T) {
 			assert.Equal(t, w, res.WorstCase, sc.name)
 		}
 	}
+}
+
+// The same outage, once with the SDK's retries unseen and once through
+// retrace's SDK middleware: 36 requests either way; the trace sees 12 of
+// them, then all 36, and names the SDK.
+func TestHiddenLayerAgainstSDKRetries(t *testing.T) {
+	d, err := newDemo(context.Background(), options{timeScale: 0.0001, model: "m"}, noEnv, &bytes.Buffer{})
+	require.NoError(t, err)
+	defer d.close()
+	byName := map[string]scenario{}
+	for _, sc := range scenarios() {
+		byName[sc.name] = sc
+	}
+	hidden, err := d.scenario(context.Background(), byName["hidden-layer"])
+	require.NoError(t, err)
+	assert.Equal(t, 36, hidden.ProviderRequests)
+	assert.Equal(t, 12, hidden.LeafSpans, "the SDK's retries are not seen")
+	assert.Equal(t, int64(12), hidden.Calls)
+
+	seen, err := d.scenario(context.Background(), byName["sdk-retries"])
+	require.NoError(t, err)
+	assert.Equal(t, 36, seen.ProviderRequests)
+	assert.Equal(t, 36, seen.LeafSpans)
+	assert.Equal(t, int64(36), seen.Calls)
+	id, err := trace.TraceIDFromHex(seen.TraceID)
+	require.NoError(t, err)
+	var chains []string
+	var resends []int64
+	for _, s := range d.spans.trace(id) {
+		if !s.Parent().IsValid() {
+			for _, e := range s.Events() {
+				for _, kv := range e.Attributes {
+					if kv.Key == telemetry.NestedLayers {
+						chains = append(chains, kv.Value.AsString())
+					}
+				}
+			}
+		}
+		if v, ok := lookup(s, telemetry.HTTPResendCount); ok && s.SpanKind() == trace.SpanKindClient {
+			resends = append(resends, v.AsInt64())
+		}
+	}
+	assert.Contains(t, chains, "runtime(3) × session(4) × openai-go(3)")
+	require.Len(t, resends, 36)
+	assert.Equal(t, []int64{0, 1, 2}, resends[:3], "the three requests of the first SDK call")
 }
 
 func TestJSONOutput(t *testing.T) {

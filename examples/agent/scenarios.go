@@ -19,8 +19,14 @@ type scenario struct {
 	history []session.Message
 	// singleOwner runs exec at one attempt: the session alone retries.
 	singleOwner bool
+	// provider is the provider's protocol: "" for OpenAI's,
+	// providerAnthropic for Anthropic's Messages API.
+	provider string
 	// sdkRetries turns the SDK's own retries back on: a hidden third layer.
 	sdkRetries int
+	// sdkSpans installs retrace's SDK middleware: the SDK's requests are
+	// spans, counted, and the SDK is named as a retrying layer.
+	sdkSpans bool
 	// want is what the scenario must show.
 	want expectation
 	// custom runs a scenario that is not one exec through the two layers.
@@ -28,7 +34,8 @@ type scenario struct {
 }
 
 type expectation struct {
-	requests int    // provider requests (= leaf spans = retrace.calls)
+	requests int    // provider requests (= leaf spans = retrace.calls, but for the hidden)
+	hidden   int    // requests the trace cannot see: provider requests − hidden = leaf spans
 	outcome  string // the root's retrace.outcome
 	diag     string // a prefix of the root's retrace.diagnosis, "" for none
 }
@@ -91,6 +98,11 @@ func scenarios() []scenario {
 			want:   expectation{requests: 1, outcome: "failed_fatal", diag: "failed fatally, nothing in this task can succeed: APIError: 429 insufficient_quota"},
 		},
 		{
+			name:   "fallback",
+			about:  "the same spent quota with a fallback chain: OpenAI fails fatally once, the turn passes to Anthropic, which answers: 2 requests, success, and the answer names the model that made it",
+			custom: (*demo).fallback,
+		},
+		{
 			name:        "single-owner",
 			about:       "the same outage with exec at 1 attempt: the session alone retries, 4 requests instead of 12",
 			script:      retracetest.Always(retracetest.ServerError(503)),
@@ -99,11 +111,21 @@ func scenarios() []scenario {
 		},
 		{
 			name:       "hidden-layer",
-			about:      "the SDK's own retries back on (2): each model call is 3 HTTP requests, 3 × 4 × 3 = 36",
+			about:      "the SDK's own retries back on (2), unseen: each model call is 3 HTTP requests, 3 × 4 × 3 = 36 reach the provider, the trace sees 12 (the worst case counts 36 only because the session was told)",
 			script:     retracetest.Always(hint503()),
 			sdkRetries: 2,
+			want:       expectation{requests: 36, hidden: 24, outcome: "failed_exhausted", diag: "failed after 3 attempts: session: failed after 4 attempts"},
+		},
+		{
+			name:       "sdk-retries",
+			about:      "the same outage with the SDK's retries visible through retrace's SDK middleware: 36 requests, 36 CLIENT spans, retrace.calls 36, and openai-go named in the nested-retry event",
+			script:     retracetest.Always(hint503()),
+			sdkRetries: 2,
+			sdkSpans:   true,
 			want:       expectation{requests: 36, outcome: "failed_exhausted", diag: "failed after 3 attempts: session: failed after 4 attempts"},
 		},
+		anthropicOverloaded(),
+		anthropicBilling(),
 		{
 			name:   "incident",
 			about:  "search_docs answers 429 for 30 minutes: a naive loop calls it 31 times until MaxSteps; under retrace the breaker opens after 5 calls and the model is told to use another tool",
@@ -113,6 +135,11 @@ func scenarios() []scenario {
 			name:   "crash-resume",
 			about:  "a 30-step task in a child process killed at step 18, then run again: it resumes at step 18, keeps steps 1–17, and does not call its recorded permanent failure again",
 			custom: (*demo).crashResume,
+		},
+		{
+			name:   "fleet",
+			about:  "8 workers against a provider that is down: a breaker each costs every worker its own 5 failures and probes; one breaker shared through a State (memory, or Redis at REDIS_ADDR) costs the fleet 5 and one probe per cool-down",
+			custom: (*demo).fleet,
 		},
 	}
 }

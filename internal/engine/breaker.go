@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
@@ -19,6 +20,12 @@ type BreakerLimits struct {
 	Clock            clock.Clock   // the breaker's own clock; nil → the caller's
 	// OnStateChange is called after each transition, outside the lock.
 	OnStateChange func(from, to circuitbreaker.State)
+	// State, if set, holds the breaker's state for every breaker of the same
+	// Key: they open, probe and close together. When it fails, the breaker
+	// decides on its own local state until it answers again.
+	State State
+	Key   string        // the record's key in State
+	TTL   time.Duration // the record expires this long after its last step
 }
 
 // Breaker is a circuit breaker's state machine. It counts what it is told
@@ -37,6 +44,40 @@ type Breaker struct {
 	executions  uint      // counts since the last transition
 	failures    uint
 	successes   uint
+
+	// With a shared State: the record as the last step on it left it, and
+	// whether that step failed (the local state then decides).
+	view     BreakerView
+	degraded bool
+
+	watchMu  sync.Mutex
+	watchers atomic.Pointer[[]watcher] // copied on write: notify reads them without a lock
+}
+
+type watcher struct {
+	key any
+	f   func(from, to circuitbreaker.State)
+}
+
+// Watch calls f after each transition, outside the lock, as OnStateChange
+// is called, once per key: layers that share a breaker and record to the
+// same place register it once, so that each transition is told there once.
+// It reports whether f was added. key must be comparable; f must not panic.
+func (b *Breaker) Watch(key any, f func(from, to circuitbreaker.State)) bool {
+	b.watchMu.Lock()
+	defer b.watchMu.Unlock()
+	var ws []watcher
+	if cur := b.watchers.Load(); cur != nil {
+		for _, w := range *cur {
+			if w.key == key {
+				return false
+			}
+		}
+		ws = append(ws, *cur...)
+	}
+	ws = append(ws, watcher{key, f})
+	b.watchers.Store(&ws)
+	return true
 }
 
 // NewBreaker returns a closed breaker.
@@ -52,17 +93,55 @@ func (b *Breaker) Limits() BreakerLimits { return b.lim }
 type Permit struct {
 	gen   uint64
 	probe bool // it holds a half-open probe slot
+	use   StateUse
 }
 
 // Probe reports whether the call is a half-open probe.
 func (p Permit) Probe() bool { return p.probe }
 
+// State says whether the shared state or the local one granted or refused
+// the call; the zero StateUse for a breaker without a shared State.
+func (p Permit) State() StateUse { return p.use }
+
 func (b *Breaker) clock(clk clock.Clock) clock.Clock { return Or(b.lim.Clock, clk) }
 
 // Acquire asks to make a call, on the breaker's clock, else clk. It returns
 // the permit and true, or false when the breaker refuses the call (open, or
-// half open with every probe slot taken).
+// half open with every probe slot taken). With a shared State it asks the
+// state, and its local state when the shared one fails.
 func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
+	if b.lim.State == nil {
+		return b.acquireLocal(clk)
+	}
+	v, err := b.shared(BreakerOp{Kind: BreakerAcquire}, clk)
+	if err != nil {
+		p, ok := b.acquireLocal(clk)
+		p.use = StateUse{Policy: StateBreaker, Degraded: err}
+		return p, ok
+	}
+	return Permit{gen: v.Gen, probe: v.Probe, use: StateUse{Policy: StateBreaker, Shared: true}}, v.Granted
+}
+
+// shared makes one step on the shared State and keeps what it returns; a
+// failed step marks the breaker degraded until one succeeds.
+func (b *Breaker) shared(op BreakerOp, clk clock.Clock) (BreakerView, error) {
+	op.Now = b.clock(clk).Now()
+	op.FailureThreshold, op.Delay, op.HalfOpenProbes, op.SuccessThreshold = b.lim.FailureThreshold, b.lim.Delay, b.lim.HalfOpenProbes, b.lim.SuccessThreshold
+	op.TTL = b.lim.TTL
+	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, op)
+	b.mu.Lock()
+	b.degraded = err != nil
+	if err == nil {
+		b.view = v
+	}
+	b.mu.Unlock()
+	if err == nil && v.Changed {
+		b.notify([]stateChange{{v.From, v.State}})
+	}
+	return v, err
+}
+
+func (b *Breaker) acquireLocal(clk clock.Clock) (Permit, bool) {
 	b.mu.Lock()
 	var change []stateChange
 	if b.state == circuitbreaker.OpenState && !b.clock(clk).Now().Before(b.openedAt.Add(b.lim.Delay)) {
@@ -85,8 +164,22 @@ func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
 	return p, ok
 }
 
-// Record records the end of a permitted call.
-func (b *Breaker) Record(p Permit, c Count, clk clock.Clock) {
+// Record records the end of a permitted call. A call the shared State let
+// through is recorded there; when that fails, it is recorded locally and
+// Record returns the state's error.
+func (b *Breaker) Record(p Permit, c Count, clk clock.Clock) error {
+	if !p.use.Shared {
+		b.recordLocal(p, c, clk)
+		return nil
+	}
+	if _, err := b.shared(BreakerOp{Kind: BreakerRecord, Gen: p.gen, Probe: p.probe, Count: c}, clk); err != nil {
+		b.recordCurrentLocal(c, clk)
+		return err
+	}
+	return nil
+}
+
+func (b *Breaker) recordLocal(p Permit, c Count, clk clock.Clock) {
 	b.mu.Lock()
 	if p.gen != b.gen {
 		// Granted in a state the breaker has left: what it says about the
@@ -151,7 +244,17 @@ func (b *Breaker) transition(to circuitbreaker.State, clk clock.Clock, changes [
 // callback failing, not the call's: it is recovered so that the permit the
 // caller holds is still recorded and the breaker cannot stick half open.
 func (b *Breaker) notify(changes []stateChange) {
-	if b.lim.OnStateChange == nil || len(changes) == 0 {
+	if len(changes) == 0 {
+		return
+	}
+	if ws := b.watchers.Load(); ws != nil {
+		for _, c := range changes {
+			for _, w := range *ws {
+				w.f(c.from, c.to)
+			}
+		}
+	}
+	if b.lim.OnStateChange == nil {
 		return
 	}
 	defer func() { _ = recover() }()
@@ -160,8 +263,13 @@ func (b *Breaker) notify(changes []stateChange) {
 	}
 }
 
-// Set moves the breaker to state now.
+// Set moves the breaker to state now: the shared one too, with a State.
 func (b *Breaker) Set(to circuitbreaker.State, clk clock.Clock) {
+	if b.lim.State != nil {
+		if _, err := b.shared(BreakerOp{Kind: BreakerSet, To: to}, clk); err == nil {
+			return
+		}
+	}
 	b.mu.Lock()
 	change := b.transition(to, clk, nil)
 	b.mu.Unlock()
@@ -170,21 +278,35 @@ func (b *Breaker) Set(to circuitbreaker.State, clk clock.Clock) {
 
 // State returns the current state. An open breaker whose cool-down has
 // ended reports OpenState until the next call asks for a permit.
+//
+// With a shared State it is the state as the last step on it left it, or
+// the local state while the shared one fails.
 func (b *Breaker) State() circuitbreaker.State {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.sharedView() {
+		return b.view.State
+	}
 	return b.state
 }
+
+// sharedView reports whether the shared record decides now; the caller
+// holds mu.
+func (b *Breaker) sharedView() bool { return b.lim.State != nil && !b.degraded }
 
 // Remaining returns the time left before an open breaker lets a probe
 // through, 0 if it is not open.
 func (b *Breaker) Remaining(clk clock.Clock) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state != circuitbreaker.OpenState {
+	state, openedAt := b.state, b.openedAt
+	if b.sharedView() {
+		state, openedAt = b.view.State, b.view.OpenedAt
+	}
+	if state != circuitbreaker.OpenState {
 		return 0
 	}
-	return max(0, b.openedAt.Add(b.lim.Delay).Sub(b.clock(clk).Now()))
+	return max(0, openedAt.Add(b.lim.Delay).Sub(b.clock(clk).Now()))
 }
 
 // Counts returns the executions, failures and successes since the last
@@ -192,15 +314,28 @@ func (b *Breaker) Remaining(clk clock.Clock) time.Duration {
 func (b *Breaker) Counts() (executions, failures, successes uint) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.sharedView() {
+		return b.view.Executions, b.view.Failures, b.view.Successes
+	}
 	return b.executions, b.failures, b.successes
 }
 
 // RecordCurrent records the end of a call that holds no permit (failsafe-go's
 // permit API hands out none): it counts toward the state the breaker is in
-// now, and frees a probe slot if one is taken.
+// now, and frees a probe slot if one is taken. With a shared State it
+// records there, and locally when that fails.
 func (b *Breaker) RecordCurrent(c Count, clk clock.Clock) {
+	if b.lim.State != nil {
+		if _, err := b.shared(BreakerOp{Kind: BreakerRecordCurrent, Count: c}, clk); err == nil {
+			return
+		}
+	}
+	b.recordCurrentLocal(c, clk)
+}
+
+func (b *Breaker) recordCurrentLocal(c Count, clk clock.Clock) {
 	b.mu.Lock()
 	p := Permit{gen: b.gen, probe: b.state == circuitbreaker.HalfOpenState && b.probes > 0}
 	b.mu.Unlock()
-	b.Record(p, c, clk)
+	b.recordLocal(p, c, clk)
 }

@@ -23,3 +23,33 @@ func BudgetFrom(ctx context.Context) Budget {
 	b, _ := ctx.Value(budgetKey{}).(Budget)
 	return b
 }
+
+// SharedBudget is a Budget whose count may live in a shared State: a draw
+// says which state decided it.
+type SharedBudget interface {
+	Budget
+	Draw(ctx context.Context) (bool, StateUse)
+}
+
+// DrawFrom draws one retry from b, saying where the draw was decided.
+func DrawFrom(ctx context.Context, b Budget) (bool, StateUse) {
+	if sb, ok := b.(SharedBudget); ok {
+		return sb.Draw(ctx)
+	}
+	return b.TryDraw(), StateUse{}
+}
+
+// SharedRate is a RateBudget whose counts may live in a shared State: asking
+// for a retry says which state decided it.
+type SharedRate interface {
+	RateBudget
+	AcquireFrom(ctx context.Context) (bool, StateUse)
+}
+
+// acquireRate asks r for a retry, saying where it was decided.
+func acquireRate(ctx context.Context, r RateBudget) (bool, StateUse) {
+	if sr, ok := r.(SharedRate); ok {
+		return sr.AcquireFrom(ctx)
+	}
+	return r.TryAcquirePermit(), StateUse{}
+}

@@ -49,6 +49,7 @@ type Decision struct {
 	Outcome string        // the layer's outcome, if not Retry
 	Why     string        // why it stopped before its attempts ran out, if it did
 	Refusal error         // the gate's refusal that stopped it, if one did
+	State   StateUse      // where a budget with a shared State decided, if one did
 	permit  bool          // a rate-budget permit was taken for the retry
 }
 
@@ -177,16 +178,21 @@ func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 				"the next retry, in %s, would start after the deadline (%s left)", Round(delay), Round(max(left, 0)))}
 		}
 	}
-	if b := BudgetFrom(ctx); b != nil && !b.TryDraw() {
-		return Decision{Outcome: OutcomeBudgetExhausted, Why: fmt.Sprintf("the task's retry budget of %d is spent", b.Limit())}
+	var use StateUse
+	if b := BudgetFrom(ctx); b != nil {
+		ok, u := DrawFrom(ctx, b)
+		if use = u; !ok {
+			return Decision{Outcome: OutcomeBudgetExhausted, Why: fmt.Sprintf("the task's retry budget of %d is spent", b.Limit()), State: use}
+		}
 	}
 	if r.Rate != nil {
-		if !r.Rate.TryAcquirePermit() {
-			return Decision{Outcome: OutcomeBudgetExhausted, Why: "the retry budget's rate is exceeded"}
+		ok, u := acquireRate(ctx, r.Rate)
+		if use = use.Merge(u); !ok {
+			return Decision{Outcome: OutcomeBudgetExhausted, Why: "the retry budget's rate is exceeded", State: use}
 		}
-		return Decision{Retry: true, Delay: delay, permit: true}
+		return Decision{Retry: true, Delay: delay, permit: true, State: use}
 	}
-	return Decision{Retry: true, Delay: delay}
+	return Decision{Retry: true, Delay: delay, State: use}
 }
 
 // Or returns the first non-nil clock, else the wall clock.

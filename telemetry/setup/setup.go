@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,12 +16,11 @@ import (
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Option configures [Tracing] and [NewTracerProvider]. A nil Option is a no-op.
@@ -40,6 +38,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	processors      []sdktrace.SpanProcessor
 	sampler         sdktrace.Sampler
+	readers         []sdkmetric.Reader // WithMetricReader
 }
 
 // WithEnv reads the OTEL_* variables through getenv instead of os.Getenv.
@@ -104,13 +103,18 @@ type Exporters struct {
 // OTEL_EXPORTER_OTLP_(TRACES_)INSECURE. An endpoint without a scheme
 // ("localhost:4317") means insecure gRPC, where the OTel exporter alone
 // would drop it.
-func ReadEnv(getenv func(string) string) (Exporters, error) {
+func ReadEnv(getenv func(string) string) (Exporters, error) { return readEnv(getenv, "TRACES") }
+
+// readEnv reads what the OTEL_* variables ask of one signal (TRACES,
+// METRICS): its exporter, else OTLP when an endpoint is set, else the
+// console.
+func readEnv(getenv func(string) string, signal string) (Exporters, error) {
 	var x Exporters
 	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
 		return Exporters{None: true}, nil
 	}
-	endpoint := first(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
-	kinds := strings.Split(strings.ToLower(getenv("OTEL_TRACES_EXPORTER")), ",")
+	endpoint := first(getenv("OTEL_EXPORTER_OTLP_"+signal+"_ENDPOINT"), getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+	kinds := strings.Split(strings.ToLower(getenv("OTEL_"+signal+"_EXPORTER")), ",")
 	for _, k := range kinds {
 		switch strings.TrimSpace(k) {
 		case "":
@@ -126,7 +130,7 @@ func ReadEnv(getenv func(string) string) (Exporters, error) {
 		case "none":
 			x.None = true
 		default:
-			return x, fmt.Errorf("setup: OTEL_TRACES_EXPORTER=%q: want otlp, console or none", k)
+			return x, fmt.Errorf("setup: OTEL_%s_EXPORTER=%q: want otlp, console or none", signal, k)
 		}
 	}
 	if x.None {
@@ -141,7 +145,7 @@ func ReadEnv(getenv func(string) string) (Exporters, error) {
 			return x, err
 		}
 		x.Endpoint, x.Insecure = host, insecure
-		if v := first(getenv("OTEL_EXPORTER_OTLP_TRACES_INSECURE"), getenv("OTEL_EXPORTER_OTLP_INSECURE")); v != "" {
+		if v := first(getenv("OTEL_EXPORTER_OTLP_"+signal+"_INSECURE"), getenv("OTEL_EXPORTER_OTLP_INSECURE")); v != "" {
 			x.Insecure = strings.EqualFold(v, "true")
 		}
 	}
@@ -184,10 +188,7 @@ func first(vs ...string) string {
 	return ""
 }
 
-// NewTracerProvider builds a tracer provider from the OTEL_* variables (see
-// [ReadEnv]) without touching the globals, and returns it with its bounded
-// shutdown. With OTEL_TRACES_EXPORTER=none it returns a no-op provider.
-func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvider, func(context.Context) error, error) {
+func newConfig(opts []Option) config {
 	c := config{getenv: os.Getenv, console: os.Stderr, warnings: os.Stderr, shutdownTimeout: maxShutdown}
 	for _, o := range opts {
 		if o != nil {
@@ -195,6 +196,14 @@ func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvide
 		}
 	}
 	c.shutdownTimeout = min(max(c.shutdownTimeout, time.Millisecond), maxShutdown)
+	return c
+}
+
+// NewTracerProvider builds a tracer provider from the OTEL_* variables (see
+// [ReadEnv]) without touching the globals, and returns it with its bounded
+// shutdown. With OTEL_TRACES_EXPORTER=none it returns a no-op provider.
+func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvider, func(context.Context) error, error) {
+	c := newConfig(opts)
 	x, err := ReadEnv(c.getenv)
 	if err != nil {
 		return nil, nil, err
@@ -205,8 +214,11 @@ func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvide
 
 	var tpOpts []sdktrace.TracerProviderOption
 	var rec *recordingExporter
-	name := first(c.getenv("OTEL_SERVICE_NAME"), c.serviceName, filepath.Base(os.Args[0]))
-	tpOpts = append(tpOpts, sdktrace.WithResource(resource.NewSchemaless(telemetry.ServiceName.String(name))))
+	res, err := newResource(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	tpOpts = append(tpOpts, sdktrace.WithResource(res))
 	if c.sampler != nil {
 		tpOpts = append(tpOpts, sdktrace.WithSampler(c.sampler))
 	}

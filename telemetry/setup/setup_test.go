@@ -3,6 +3,7 @@ package setup_test
 import (
 	"bytes"
 	"context"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"net"
 	"strings"
 	"sync"
@@ -152,4 +153,46 @@ func TestUnreachableCollectorBoundedShutdown(t *testing.T) {
 	require.NoError(t, shutdown(context.Background()), "a second shutdown is a no-op")
 	assert.Equal(t, 1, strings.Count(warn.String(), "\n"), "exactly one warning: %q", warn.String())
 	assert.Contains(t, warn.String(), "could not flush spans to the OTLP receiver at "+addr)
+}
+
+// resourceOf starts and ends one span under a provider built from vars and
+// returns its resource's attributes.
+func resourceOf(t *testing.T, opts []setup.Option, vars ...string) map[string]string {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	opts = append([]setup.Option{setup.WithEnv(env(append([]string{"OTEL_TRACES_EXPORTER", "none"}, vars...)...)), setup.WithSpanProcessor(rec)}, opts...)
+	tp, shutdown, err := setup.NewTracerProvider(context.Background(), opts...)
+	require.NoError(t, err)
+	_, span := tp.Tracer("t").Start(context.Background(), "s")
+	span.End()
+	require.NoError(t, shutdown(context.Background()))
+	require.Len(t, rec.Ended(), 1)
+	out := map[string]string{}
+	for _, kv := range rec.Ended()[0].Resource().Attributes() {
+		out[string(kv.Key)] = kv.Value.Emit()
+	}
+	return out
+}
+
+// The resource carries the SDK's attributes and what the environment says;
+// retrace's fallback name only fills in when neither variable names the
+// service.
+func TestResourceFromTheEnvironment(t *testing.T) {
+	fallback := []setup.Option{setup.WithServiceName("fallback")}
+
+	r := resourceOf(t, fallback, "OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs,deployment.environment.name=prod%20eu")
+	assert.Equal(t, "from-attrs", r["service.name"], "OTEL_RESOURCE_ATTRIBUTES names the service")
+	assert.Equal(t, "prod eu", r["deployment.environment.name"], "values are percent-decoded")
+	assert.Equal(t, "go", r["telemetry.sdk.language"])
+	assert.Equal(t, "opentelemetry", r["telemetry.sdk.name"])
+	assert.NotEmpty(t, r["telemetry.sdk.version"])
+
+	r = resourceOf(t, fallback, "OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attrs", "OTEL_SERVICE_NAME", "from-name")
+	assert.Equal(t, "from-name", r["service.name"], "OTEL_SERVICE_NAME wins")
+
+	r = resourceOf(t, fallback)
+	assert.Equal(t, "fallback", r["service.name"], "the fallback when nothing names the service")
+
+	_, _, err := setup.NewTracerProvider(context.Background(), setup.WithEnv(env("OTEL_RESOURCE_ATTRIBUTES", "token")))
+	assert.ErrorContains(t, err, "is not key=value")
 }

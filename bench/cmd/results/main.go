@@ -44,6 +44,7 @@ var notes string
 // config is the command line.
 type config struct {
 	bench, benchstat, out, csv string
+	fleetCSV                   string
 	benchCmd                   string // the command that wrote the bench file, "" if not given
 }
 
@@ -53,6 +54,7 @@ func main() {
 	flag.StringVar(&c.benchstat, "benchstat", "bench/out/benchstat.txt", "benchstat's summary of the same file")
 	flag.StringVar(&c.out, "out", "bench/RESULTS.md", "the results page")
 	flag.StringVar(&c.csv, "csv", "bench/storm.csv", "the storm's series, for the plot")
+	flag.StringVar(&c.fleetCSV, "fleet-csv", "bench/storm-fleet.csv", "the fleet storm's series, for its plot")
 	flag.StringVar(&c.benchCmd, "bench-cmd", "", "the command that wrote the -bench file, stated on the page; without it the page says the command was not recorded")
 	flag.Parse()
 	if err := run(c, time.Now()); err != nil {
@@ -215,6 +217,10 @@ const (
 // The storms the page reports, by number of clients.
 var stormClients = []int{targetClients, 5}
 
+// The fleet storms the page reports, by number of workers, the plotted one
+// first.
+var fleetClients = []int{1000, 100}
+
 // page is everything the template prints.
 type page struct {
 	Generated string // when, in UTC
@@ -238,6 +244,8 @@ type page struct {
 	Window string
 	Storms []stormTable
 	Spread stormSpread
+	Fleet  bench.StormConfig // FleetStorm's settings
+	Fleets []stormTable
 
 	Amp    []bench.AmpRow
 	Hidden *bench.AmpRow // the first setup whose provider got more requests than its trace saw calls
@@ -389,7 +397,16 @@ func run(c config, now time.Time) error {
 			storms[n][s] = bench.Simulate(bench.DefaultStorm(n, s))
 		}
 	}
+	fleets := map[int]map[bench.Strategy]bench.StormResult{}
+	for _, n := range fleetClients {
+		fleets[n] = map[bench.Strategy]bench.StormResult{}
+		for _, s := range bench.FleetStrategies {
+			fleets[n][s] = bench.Simulate(bench.FleetStorm(n, s))
+		}
+	}
 	p := build(c, now, br, string(stat), storms, bench.Amplification())
+	p.Fleet = bench.FleetStorm(fleetClients[0], bench.SharedFleet)
+	p.Fleets = tables(fleetClients, bench.FleetStrategies, fleets, bench.FleetStorm)
 
 	tmpl, err := template.New("page").Funcs(template.FuncMap{"seconds": seconds}).Parse(pageTemplate)
 	if err != nil {
@@ -403,7 +420,30 @@ func run(c config, now time.Time) error {
 	if err := os.WriteFile(c.out, []byte(page), 0o644); err != nil {
 		return err
 	}
-	return writeCSV(c.csv, storms)
+	if err := writeCSV(c.csv, stormClients, bench.Strategies, storms); err != nil {
+		return err
+	}
+	if c.fleetCSV == "" {
+		return nil
+	}
+	return writeCSV(c.fleetCSV, fleetClients, bench.FleetStrategies, fleets)
+}
+
+// tables are the storm tables of the given sizes and strategies.
+func tables(sizes []int, strategies []bench.Strategy, storms map[int]map[bench.Strategy]bench.StormResult, cfg func(int, bench.Strategy) bench.StormConfig) []stormTable {
+	var out []stormTable
+	for _, n := range sizes {
+		t := stormTable{Clients: n, Capacity: cfg(n, strategies[0]).Capacity}
+		for _, s := range strategies {
+			r := storms[n][s]
+			t.Rows = append(t.Rows, stormRow{
+				Strategy: s, Peak: r.Peak, Downstream: r.DownstreamCalls, PerLogical: fmt.Sprintf("%.2f", r.CallsPerLogical()),
+				Succeeded: r.Succeeded, Logical: r.LogicalCalls, Finish: fmt.Sprintf("%.1f s", r.Finish.Seconds()),
+			})
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 // build computes the page from the run.
@@ -493,17 +533,7 @@ func build(c config, now time.Time, br *benchRun, stat string, storms map[int]ma
 	}
 	p.Storm = bench.DefaultStorm(targetClients, bench.NoJitter)
 	p.Window = window()
-	for _, n := range stormClients {
-		t := stormTable{Clients: n, Capacity: bench.DefaultStorm(n, bench.NoJitter).Capacity}
-		for _, s := range bench.Strategies {
-			r := storms[n][s]
-			t.Rows = append(t.Rows, stormRow{
-				Strategy: s, Peak: r.Peak, Downstream: r.DownstreamCalls, PerLogical: fmt.Sprintf("%.2f", r.CallsPerLogical()),
-				Succeeded: r.Succeeded, Logical: r.LogicalCalls, Finish: fmt.Sprintf("%.1f s", r.Finish.Seconds()),
-			})
-		}
-		p.Storms = append(p.Storms, t)
-	}
+	p.Storms = tables(stormClients, bench.Strategies, storms, bench.DefaultStorm)
 	s := storms[targetClients]
 	p.Spread = stormSpread{
 		Clients: targetClients, PeakNoJitter: peakNo, PeakJitter: peakJ,
@@ -553,7 +583,7 @@ func subBenchmarks(br *benchRun, benchmark string, known []string) []string {
 // window is the storm's window width: "100 ms".
 func window() string { return strconv.FormatInt(bench.Window.Milliseconds(), 10) + " ms" }
 
-func writeCSV(path string, storms map[int]map[bench.Strategy]bench.StormResult) error {
+func writeCSV(path string, sizes []int, strategies []bench.Strategy, storms map[int]map[bench.Strategy]bench.StormResult) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -566,8 +596,8 @@ func writeCSV(path string, storms map[int]map[bench.Strategy]bench.StormResult) 
 	}
 	cw := csv.NewWriter(f)
 	_ = cw.Write([]string{"clients", "strategy", "window_ms", "requests"})
-	for _, n := range stormClients {
-		for _, s := range bench.Strategies {
+	for _, n := range sizes {
+		for _, s := range strategies {
 			for i, x := range storms[n][s].Series {
 				_ = cw.Write([]string{strconv.Itoa(n), string(s), strconv.Itoa(i * int(bench.Window/time.Millisecond)), strconv.Itoa(x)})
 			}

@@ -298,6 +298,14 @@ func TestPageFiguresComeFromTheRun(t *testing.T) {
 			}
 		}
 	}
+	for _, n := range []int{1000, 100} {
+		cfg := bench.FleetStorm(n, bench.SharedFleet)
+		add(n, cfg.Capacity, cfg.CallsPerClient, cfg.Outage.Seconds(), cfg.Think.Seconds(), cfg.Seed)
+		for _, s := range bench.FleetStrategies {
+			r := bench.Simulate(bench.FleetStorm(n, s))
+			add(r.Peak, r.DownstreamCalls, fmt.Sprintf("%.2f", r.CallsPerLogical()), r.Succeeded, r.LogicalCalls, fmt.Sprintf("%.1f", r.Finish.Seconds()))
+		}
+	}
 	add(fmt.Sprintf("%.0f", 100*(1-float64(peaks[bench.Jitter])/float64(peaks[bench.NoJitter]))), 50) // the cut, and its target
 	add(bench.Window.Milliseconds())
 	tr := policies.ToolRetry

@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+)
+
+// FleetWorker is one worker of a fleet: it makes Calls logical calls, Every
+// apart on Clock, through a layer with ToolRetry and a circuit breaker on
+// the policies' presets (5 failures, 60 s cool-down, one probe), shared
+// through State when it is set. The fleet demo, the Redis command and the
+// Redis integration test run it, in goroutines or in processes.
+type FleetWorker struct {
+	Name    string // the breaker's name: workers of one name share it
+	Calls   int
+	Every   time.Duration
+	State   policies.State // nil → a breaker of this worker's own
+	Clock   clock.Clock
+	Options []middleware.Option // the layer's (a tracer provider)
+	Call    func(ctx context.Context) error
+}
+
+// FleetOutcomes counts a worker's calls by outcome (retrace.outcome).
+type FleetOutcomes map[string]int
+
+// Total is the number of calls counted.
+func (o FleetOutcomes) Total() int {
+	n := 0
+	for _, v := range o {
+		n += v
+	}
+	return n
+}
+
+// Run makes the worker's calls and counts how each ended. A call whose end
+// is not one of retrace's outcomes counts as "unknown".
+func (w FleetWorker) Run(ctx context.Context) FleetOutcomes {
+	retry := policies.ToolRetry
+	retry.Clock = w.Clock
+	layer := middleware.PoliciesWith[struct{}, struct{}]("model", append([]middleware.Option{middleware.WithClock(w.Clock)}, w.Options...),
+		policies.NewRetry[struct{}](retry),
+		policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Name: w.Name, State: w.State, Clock: w.Clock}),
+	)
+	h := layer(func(ctx context.Context, _ struct{}) (struct{}, error) { return struct{}{}, w.Call(ctx) })
+	out := FleetOutcomes{}
+	for i := range w.Calls {
+		if i > 0 {
+			if w.Clock.Sleep(ctx, w.Every) != nil {
+				break
+			}
+		}
+		_, err := h(ctx, struct{}{})
+		out[OutcomeOf(err)]++
+	}
+	return out
+}
+
+// OutcomeOf is the outcome a call through a retrace layer ended with.
+func OutcomeOf(err error) string {
+	var fe *policies.FailedError
+	var re *policies.RejectedError
+	switch {
+	case err == nil:
+		return string(policies.OutcomeSuccess)
+	case errors.As(err, &fe):
+		return string(fe.Outcome)
+	case errors.As(err, &re):
+		return string(policies.OutcomeRejected)
+	}
+	return "unknown"
+}
+
+// HTTPCall returns a call that GETs url and fails with the provider's
+// answer when it is an error.
+func HTTPCall(client *http.Client, url string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode >= 400 {
+			return middleware.APIErrorFrom(resp)
+		}
+		return nil
+	}
+}
+
+// FleetClock is a scaled clock that several processes share: it counts from
+// the same origin, so that workers started at different moments agree on
+// the time, and scale seconds of it pass per wall-clock second.
+func FleetClock(origin time.Time, scale float64) clock.Clock {
+	return fleetClock{origin: origin, scale: scale}
+}
+
+type fleetClock struct {
+	origin time.Time
+	scale  float64
+}
+
+func (c fleetClock) wall(d time.Duration) time.Duration { return time.Duration(float64(d) / c.scale) }
+
+func (c fleetClock) Now() time.Time {
+	return c.origin.Add(time.Duration(float64(time.Since(c.origin)) * c.scale))
+}
+
+func (c fleetClock) Sleep(ctx context.Context, d time.Duration) error {
+	return clock.Real().Sleep(ctx, c.wall(d))
+}
+
+func (c fleetClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	return clock.Real().AfterFunc(c.wall(d), f)
+}
+
+func (c fleetClock) Until(deadline time.Time) time.Duration {
+	return time.Duration(float64(time.Until(deadline)) * c.scale)
+}

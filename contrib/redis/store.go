@@ -1,0 +1,255 @@
+package redisstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/policies"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Namespace prefixes every key ("retrace:breaker:openai"); "" → "retrace".
+	Namespace string
+	// Timeout bounds each step on Redis; 0 → 5 ms. A step that takes longer
+	// is abandoned and the policy decides locally.
+	Timeout time.Duration
+}
+
+// Store is a [policies.State] on Redis. It is safe for concurrent use.
+type Store struct {
+	rdb     redis.Scripter
+	ns      string
+	timeout time.Duration
+}
+
+var _ policies.State = (*Store)(nil)
+
+// New returns a Store on rdb (a *redis.Client, a cluster or ring client).
+// Build the client with [ClientOptions], or with ContextTimeoutEnabled and
+// no retries of its own, so that a step's timeout holds on the socket too.
+func New(rdb redis.Scripter, opts Options) *Store {
+	if opts.Namespace == "" {
+		opts.Namespace = "retrace"
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Millisecond
+	}
+	return &Store{rdb: rdb, ns: opts.Namespace, timeout: opts.Timeout}
+}
+
+// ClientOptions are options for a client to Redis at addr whose every
+// command ends within timeout: the context's deadline reaches the socket,
+// and the client neither retries a command nor a failed dial.
+func ClientOptions(addr string, timeout time.Duration) *redis.Options {
+	if timeout <= 0 {
+		timeout = 5 * time.Millisecond
+	}
+	return &redis.Options{
+		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout,
+		DialerRetries: 1,
+	}
+}
+
+// ErrReply is wrapped by the error of a step whose reply the store does not
+// understand (another program's data under its keys).
+var ErrReply = errors.New("redisstate: unexpected reply")
+
+func (s *Store) key(k string) string { return s.ns + ":" + k }
+
+// run runs one script with the store's timeout.
+func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	res, err := sc.Run(ctx, s.rdb, keys, args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redisstate: %s: %w", keys[0], err)
+	}
+	return res, nil
+}
+
+// breakerScript is the breaker's state machine, the same rules as
+// engine.Breaker's, on a hash: s state, g generation, c consecutive
+// failures, o opened at (µs on the callers' clock), p probes in flight,
+// k successful probes, e/f/u executions, failures, successes.
+var breakerScript = redis.NewScript(`
+local h = redis.call('HMGET', KEYS[1], 's','g','c','o','p','k','e','f','u')
+local s, g, c, o = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0, tonumber(h[4]) or 0
+local p, k, e, f, u = tonumber(h[5]) or 0, tonumber(h[6]) or 0, tonumber(h[7]) or 0, tonumber(h[8]) or 0, tonumber(h[9]) or 0
+local kind, now = ARGV[1], tonumber(ARGV[2])
+local threshold, delay, maxProbes, successes = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local ttl, gen, probe, count, to = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9] == '1', tonumber(ARGV[10]), tonumber(ARGV[11])
+local changed, from, granted, isProbe = 0, s, 0, 0
+local function transition(t)
+  if s == t then return end
+  changed, from = 1, s
+  s, g = t, g + 1
+  c, p, k, e, f, u = 0, 0, 0, 0, 0, 0
+  if t == 1 then o = now end
+end
+if kind == 'a' then
+  if s == 1 and now >= o + delay then transition(2) end
+  if s == 0 then
+    granted = 1
+  elseif s == 2 and p < maxProbes then
+    p = p + 1
+    granted, isProbe = 1, 1
+  end
+elseif kind == 'r' or kind == 'c' then
+  if kind == 'c' then gen, probe = g, (s == 2 and p > 0) end
+  if gen == g then
+    if probe then p = p - 1 end
+    if count == 1 then
+      e, f = e + 1, f + 1
+      if s == 0 then
+        c = c + 1
+        if c >= threshold then transition(1) end
+      elseif s == 2 then
+        transition(1)
+      end
+    elseif count == 2 then
+      e, u = e + 1, u + 1
+      if s == 0 then
+        c = 0
+      elseif s == 2 then
+        k = k + 1
+        if k >= successes then transition(0) end
+      end
+    end
+  end
+elseif kind == 's' then
+  transition(to)
+end
+redis.call('HSET', KEYS[1], 's', s, 'g', g, 'c', c, 'o', o, 'p', p, 'k', k, 'e', e, 'f', f, 'u', u)
+redis.call('PEXPIRE', KEYS[1], ttl)
+return {s, g, o, granted, isProbe, changed, from, e, f, u}
+`)
+
+var opKinds = map[engine.BreakerOpKind]string{
+	engine.BreakerAcquire: "a", engine.BreakerRecord: "r", engine.BreakerRecordCurrent: "c", engine.BreakerSet: "s",
+}
+
+// Breaker implements policies.State.
+func (s *Store) Breaker(ctx context.Context, key string, op engine.BreakerOp) (engine.BreakerView, error) {
+	kind, ok := opKinds[op.Kind]
+	if !ok {
+		return engine.BreakerView{}, fmt.Errorf("redisstate: unknown breaker step %d", op.Kind)
+	}
+	probe := "0"
+	if op.Probe {
+		probe = "1"
+	}
+	res, err := s.run(ctx, breakerScript, []string{s.key(key)}, kind, op.Now.UnixMicro(),
+		op.FailureThreshold, op.Delay.Microseconds(), op.HalfOpenProbes, op.SuccessThreshold, ttlMs(op.TTL),
+		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To))
+	if err != nil {
+		return engine.BreakerView{}, err
+	}
+	n, err := ints(res, 10)
+	if err != nil {
+		return engine.BreakerView{}, fmt.Errorf("redisstate: %s: %w", key, err)
+	}
+	return engine.BreakerView{
+		State: circuitbreaker.State(n[0]), Gen: uint64(n[1]), OpenedAt: time.UnixMicro(n[2]),
+		Granted: n[3] == 1, Probe: n[4] == 1, Changed: n[5] == 1, From: circuitbreaker.State(n[6]),
+		Executions: uint(n[7]), Failures: uint(n[8]), Successes: uint(n[9]),
+	}, nil
+}
+
+var drawScript = redis.NewScript(`
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used >= tonumber(ARGV[1]) then return {0, used} end
+used = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, used}
+`)
+
+// Draw implements policies.State.
+func (s *Store) Draw(ctx context.Context, key string, limit int64, ttl time.Duration) (engine.DrawView, error) {
+	res, err := s.run(ctx, drawScript, []string{s.key(key)}, limit, ttlMs(ttl))
+	if err != nil {
+		return engine.DrawView{}, err
+	}
+	n, err := ints(res, 2)
+	if err != nil {
+		return engine.DrawView{}, fmt.Errorf("redisstate: %s: %w", key, err)
+	}
+	return engine.DrawView{OK: n[0] == 1, Used: n[1]}, nil
+}
+
+// ratioScript counts calls (q) and retries (r) in the current window's hash
+// (KEYS[1]), weighing the previous window's (KEYS[2]) by ARGV[1], the part
+// of it still inside the sliding window.
+var ratioScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'q', 'r')
+local prev = redis.call('HMGET', KEYS[2], 'q', 'r')
+local weight = tonumber(ARGV[1])
+local calls = (tonumber(cur[1]) or 0) + (tonumber(prev[1]) or 0) * weight
+local retries = (tonumber(cur[2]) or 0) + (tonumber(prev[2]) or 0) * weight
+local ok = 1
+if ARGV[2] == '1' then
+  if retries + 1 <= math.max(tonumber(ARGV[4]), tonumber(ARGV[3]) * calls) then
+    redis.call('HINCRBY', KEYS[1], 'r', 1)
+    retries = retries + 1
+  else
+    ok = 0
+  end
+else
+  redis.call('HINCRBY', KEYS[1], 'q', 1)
+  calls = calls + 1
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return {ok, tostring(calls), tostring(retries)}
+`)
+
+// Ratio implements policies.State. Both windows' keys share a hash tag, so
+// that on a cluster they live on one node.
+func (s *Store) Ratio(ctx context.Context, key string, op engine.RatioOp) (engine.RatioView, error) {
+	idx, into := engine.RatioWindow(op.Now, op.Window)
+	base := s.key("{" + key + "}:")
+	retry := "0"
+	if op.Retry {
+		retry = "1"
+	}
+	res, err := s.run(ctx, ratioScript, []string{base + strconv.FormatInt(idx, 10), base + strconv.FormatInt(idx-1, 10)},
+		strconv.FormatFloat(1-into, 'g', -1, 64), retry, strconv.FormatFloat(op.Ratio, 'g', -1, 64), op.MinRetries, ttlMs(2*op.Window))
+	if err != nil {
+		return engine.RatioView{}, err
+	}
+	if len(res) != 3 {
+		return engine.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, ErrReply)
+	}
+	ok, _ := res[0].(int64)
+	calls, err1 := strconv.ParseFloat(fmt.Sprint(res[1]), 64)
+	retries, err2 := strconv.ParseFloat(fmt.Sprint(res[2]), 64)
+	if err1 != nil || err2 != nil {
+		return engine.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, ErrReply)
+	}
+	return engine.RatioView{OK: ok == 1, Calls: calls, Retries: retries}, nil
+}
+
+// ttlMs is a key's expiry in whole milliseconds, at least one.
+func ttlMs(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+func ints(res []any, n int) ([]int64, error) {
+	if len(res) != n {
+		return nil, ErrReply
+	}
+	out := make([]int64, n)
+	for i, v := range res {
+		x, ok := v.(int64)
+		if !ok {
+			return nil, ErrReply
+		}
+		out[i] = x
+	}
+	return out, nil
+}

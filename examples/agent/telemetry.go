@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retrace-go/retrace/telemetry/setup"
+)
+
+// openTelemetryOut sets up what the demo writes besides its trees: the
+// metrics (to the OTLP receiver the environment names, else, with -metrics,
+// a summary after the scenarios) and, with -otlp-file, each trace as OTLP
+// JSON.
+func (d *demo) openTelemetryOut(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
+	x, err := setup.ReadMetricsEnv(getenv)
+	if err != nil {
+		return err
+	}
+	// The endpoint that takes the traces is often Jaeger, which takes no
+	// metrics: they go over OTLP only when asked for by name.
+	x.OTLP = x.OTLP && (getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "" || strings.Contains(getenv("OTEL_METRICS_EXPORTER"), "otlp"))
+	env := getenv
+	if !x.OTLP && (!d.opts.metrics || x.None) {
+		// Without a receiver, metrics are recorded only for -metrics (and a
+		// test's reader).
+		env = func(k string) string {
+			if k == "OTEL_METRICS_EXPORTER" {
+				return "none"
+			}
+			return getenv(k)
+		}
+	} else {
+		kinds := "otlp"
+		if !x.OTLP {
+			kinds = "console"
+		} else if d.opts.metrics {
+			kinds = "otlp,console"
+		}
+		env = func(k string) string {
+			if k == "OTEL_METRICS_EXPORTER" {
+				return kinds
+			}
+			return getenv(k)
+		}
+	}
+	out := d.opts.metricsOut
+	if out == nil {
+		out = io.Discard
+	}
+	opts := []setup.Option{setup.WithEnv(env), setup.WithServiceName("retrace-agent"), setup.WithWarnings(stderr), setup.WithConsole(out)}
+	if d.opts.metricReader != nil {
+		opts = append(opts, setup.WithMetricReader(d.opts.metricReader))
+	}
+	d.mp, d.mshutdown, err = setup.NewMeterProvider(ctx, opts...)
+	if err != nil {
+		return err
+	}
+	if d.opts.otlpFile != "" {
+		f, err := os.Create(d.opts.otlpFile)
+		if err != nil {
+			_ = d.mshutdown(context.Background())
+			return fmt.Errorf("-otlp-file: %w", err)
+		}
+		d.otlpFile = f
+	}
+	return nil
+}
+
+// closeMetrics flushes the metrics, printing the -metrics summary; a second
+// call does nothing. A receiver that cannot be reached has been warned
+// about by setup; the scenarios' results stand.
+func (d *demo) closeMetrics() error {
+	if d.mshutdown == nil {
+		return nil
+	}
+	if d.opts.metrics && d.opts.metricsOut != nil {
+		fmt.Fprintln(d.opts.metricsOut)
+	}
+	err := d.mshutdown(context.Background())
+	d.mshutdown = nil
+	return err
+}
+
+// writeTrace appends a scenario's trace to the -otlp-file, one line of OTLP
+// JSON.
+func (d *demo) writeTrace(traceID string) error {
+	if d.otlpFile == nil || traceID == "" {
+		return nil
+	}
+	id, err := trace.TraceIDFromHex(traceID)
+	if err != nil {
+		return err
+	}
+	if err := setup.WriteOTLPJSON(d.otlpFile, d.spans.trace(id)); err != nil {
+		return fmt.Errorf("-otlp-file: %w", err)
+	}
+	return nil
+}

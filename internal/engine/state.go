@@ -1,0 +1,138 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+)
+
+// State is where breakers and budgets keep their counts when every worker of
+// a fleet shares them. Each method is one atomic step on the store: it reads
+// and updates the record under key in one go, so that two workers never act
+// on the same stale record. Keys are logical ("breaker:search_docs"); a store
+// namespaces them. Every time is the caller's clock's, so that a fleet on a
+// scaled or fake clock decides on that clock.
+//
+// A store that cannot answer returns an error, promptly: the policy then
+// decides on its local state, as a policy without a State always does.
+type State interface {
+	// Breaker applies op to the breaker under key and returns it as op left it.
+	Breaker(ctx context.Context, key string, op BreakerOp) (BreakerView, error)
+	// Draw takes one unit from the count under key if fewer than limit are
+	// used, and refreshes its expiry to ttl.
+	Draw(ctx context.Context, key string, limit int64, ttl time.Duration) (DrawView, error)
+	// Ratio records a call, or asks for a retry, in the sliding window under key.
+	Ratio(ctx context.Context, key string, op RatioOp) (RatioView, error)
+}
+
+// BreakerOpKind is what a BreakerOp does.
+type BreakerOpKind uint8
+
+const (
+	// BreakerAcquire asks to make a call: it half-opens an open breaker whose
+	// cool-down has passed, then grants the call (closed), a probe slot (half
+	// open, one free) or nothing.
+	BreakerAcquire BreakerOpKind = iota + 1
+	// BreakerRecord records the end of a call granted in generation Gen.
+	BreakerRecord
+	// BreakerRecordCurrent records the end of a call that holds no permit,
+	// toward the generation the breaker is in now.
+	BreakerRecordCurrent
+	// BreakerSet moves the breaker to To.
+	BreakerSet
+)
+
+// BreakerOp is one step of a shared breaker.
+type BreakerOp struct {
+	Kind BreakerOpKind
+	Now  time.Time
+	// The breaker's settings: every worker of one breaker should give the same.
+	FailureThreshold int
+	Delay            time.Duration
+	HalfOpenProbes   int
+	SuccessThreshold int
+	TTL              time.Duration // the record expires this long after its last step
+
+	Gen   uint64               // BreakerRecord: the permit's generation
+	Probe bool                 // BreakerRecord: the permit holds a probe slot
+	Count Count                // BreakerRecord, BreakerRecordCurrent: how the call ended
+	To    circuitbreaker.State // BreakerSet
+}
+
+// BreakerView is a shared breaker as a step left it.
+type BreakerView struct {
+	State    circuitbreaker.State
+	Gen      uint64
+	OpenedAt time.Time // when it last opened
+	Granted  bool      // BreakerAcquire: the call may go ahead
+	Probe    bool      // BreakerAcquire: as a half-open probe
+	Changed  bool      // the step moved the breaker from From to State
+	From     circuitbreaker.State
+
+	Executions, Failures, Successes uint // since the last transition
+}
+
+// DrawView is a count as a Draw left it.
+type DrawView struct {
+	OK   bool  // the unit was taken
+	Used int64 // units used, the one taken included
+}
+
+// RatioOp is one step of a sliding-window retry ratio: at most Ratio retries
+// per call over the last Window (and at least MinRetries however few calls).
+type RatioOp struct {
+	Retry      bool // false: record a call; true: ask for a retry
+	Now        time.Time
+	Window     time.Duration
+	Ratio      float64
+	MinRetries int
+}
+
+// RatioView is a window as a Ratio step left it.
+type RatioView struct {
+	OK             bool    // the retry may go ahead (always true for a call)
+	Calls, Retries float64 // over the sliding window
+}
+
+// The values of StateUse.Policy.
+const (
+	StateBreaker = "circuit_breaker"
+	StateBudget  = "budget"
+)
+
+// StateUse says where a decision of a policy with a shared State came from.
+// The zero value is a policy without one.
+type StateUse struct {
+	Policy   string // StateBreaker or StateBudget; "" → the policy has no shared state
+	Shared   bool   // the shared state decided; false → the local state did
+	Degraded error  // why the shared state could not decide, if it could not
+}
+
+// Merge returns the use that says more: a degraded one before a healthy
+// one, a policy with state before none.
+func (u StateUse) Merge(o StateUse) StateUse {
+	switch {
+	case u.Degraded != nil:
+		return u
+	case o.Degraded != nil, u.Policy == "":
+		return o
+	}
+	return u
+}
+
+// DegradedType is a low-cardinality word for why a shared state failed:
+// "timeout" when it did not answer in time (the context's deadline, or a
+// socket's), else "unavailable".
+func DegradedType(err error) string {
+	var t interface{ Timeout() bool }
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &t) && t.Timeout() {
+		return "timeout"
+	}
+	return "unavailable"
+}
+
+// stateCtx is the context of a step on a shared state made where the caller
+// hands none: the store's own timeout bounds it.
+func stateCtx() context.Context { return context.Background() }

@@ -1,0 +1,215 @@
+package setup
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// WithMetricReader adds a metric reader beside the exporter's (a manual
+// reader in tests, a Prometheus exporter).
+func WithMetricReader(r sdkmetric.Reader) Option {
+	return optionFunc(func(c *config) { c.readers = append(c.readers, r) })
+}
+
+// Metrics builds a meter provider from the OTEL_* variables (see
+// [NewMeterProvider]) and installs it as the global provider: it is meant
+// for main, not for libraries. shutdown flushes the metrics (or prints the
+// console summary) and returns within 5 s.
+func Metrics(ctx context.Context, opts ...Option) (shutdown func(context.Context) error, err error) {
+	mp, shutdown, err := NewMeterProvider(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	otel.SetMeterProvider(mp)
+	return shutdown, nil
+}
+
+// ReadMetricsEnv reads OTEL_SDK_DISABLED, OTEL_METRICS_EXPORTER,
+// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT and
+// OTEL_EXPORTER_OTLP_(METRICS_)INSECURE as [ReadEnv] reads the tracing ones:
+// with an endpoint, OTLP gRPC; without one, the console summary.
+func ReadMetricsEnv(getenv func(string) string) (Exporters, error) { return readEnv(getenv, "METRICS") }
+
+// NewMeterProvider builds a meter provider from the OTEL_* variables (see
+// [ReadMetricsEnv]) without touching the globals, and returns it with its
+// bounded shutdown. OTLP exports every OTEL_METRIC_EXPORT_INTERVAL (60 s by
+// default) and once more at shutdown; the console form prints a short
+// summary of every metric at shutdown, to the console writer
+// ([WithConsole]). With OTEL_METRICS_EXPORTER=none and no reader of its own
+// it returns a no-op provider.
+func NewMeterProvider(ctx context.Context, opts ...Option) (metric.MeterProvider, func(context.Context) error, error) {
+	c := newConfig(opts)
+	x, err := ReadMetricsEnv(c.getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if x.None && len(c.readers) == 0 {
+		return noop.NewMeterProvider(), func(context.Context) error { return nil }, nil
+	}
+	res, err := newResource(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
+	if x.OTLP {
+		gopts := []otlpmetricgrpc.Option{
+			otlpmetricgrpc.WithEndpoint(x.Endpoint),
+			otlpmetricgrpc.WithTimeout(c.shutdownTimeout * 9 / 10),
+			otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{
+				Enabled: true, InitialInterval: 250 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.shutdownTimeout * 9 / 10,
+			}),
+		}
+		if x.Insecure {
+			gopts = append(gopts, otlpmetricgrpc.WithInsecure())
+		}
+		if h := parseHeaders(first(c.getenv("OTEL_EXPORTER_OTLP_METRICS_HEADERS"), c.getenv("OTEL_EXPORTER_OTLP_HEADERS"))); len(h) > 0 {
+			gopts = append(gopts, otlpmetricgrpc.WithHeaders(h))
+		}
+		exp, err := otlpmetricgrpc.New(ctx, gopts...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("setup: OTLP metric exporter for %s: %w", x.Endpoint, err)
+		}
+		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+	}
+	var summary *sdkmetric.ManualReader
+	if x.Console {
+		summary = sdkmetric.NewManualReader()
+		mpOpts = append(mpOpts, sdkmetric.WithReader(summary))
+	}
+	for _, r := range c.readers {
+		mpOpts = append(mpOpts, sdkmetric.WithReader(r))
+	}
+	mp := sdkmetric.NewMeterProvider(mpOpts...)
+
+	var once sync.Once
+	shutdown := func(ctx context.Context) error {
+		var err error
+		once.Do(func() {
+			sctx, cancel := context.WithTimeout(ctx, c.shutdownTimeout)
+			defer cancel()
+			if summary != nil {
+				var rm metricdata.ResourceMetrics
+				if err = summary.Collect(sctx, &rm); err == nil {
+					err = WriteSummary(c.console, &rm)
+				}
+			}
+			if serr := mp.Shutdown(sctx); serr != nil && err == nil {
+				err = serr
+				if x.OTLP {
+					fmt.Fprintf(c.warnings, "retrace: could not flush metrics to the OTLP receiver at %s within %s; they were dropped (%v)\n",
+						x.Endpoint, c.shutdownTimeout, shortErr(serr))
+				}
+			}
+		})
+		return err
+	}
+	return mp, shutdown, nil
+}
+
+// WriteSummary writes what rm holds as a short text, one line per data
+// point under each metric's name and unit, metrics by name and points by
+// their attributes: a counter's or gauge's value, a histogram's count, sum,
+// mean and largest value. retrace.* attribute keys lose their prefix.
+func WriteSummary(w io.Writer, rm *metricdata.ResourceMetrics) error {
+	var ms []metricdata.Metrics
+	for _, sm := range rm.ScopeMetrics {
+		ms = append(ms, sm.Metrics...)
+	}
+	sort.SliceStable(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+	var b strings.Builder
+	b.WriteString("metrics\n")
+	for _, m := range ms {
+		rows := summaryRows(m.Data)
+		if len(rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s (%s)\n", m.Name, m.Unit)
+		sort.Slice(rows, func(i, j int) bool { return rows[i][0] < rows[j][0] })
+		width := 0
+		for _, r := range rows {
+			width = max(width, len(r[0]))
+		}
+		for _, r := range rows {
+			fmt.Fprintf(&b, "    %-*s  %s\n", width, r[0], r[1])
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// summaryRows returns each data point as its attributes and its figures.
+func summaryRows(data metricdata.Aggregation) [][2]string {
+	var rows [][2]string
+	switch d := data.(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			rows = append(rows, [2]string{attrText(p.Attributes), strconv.FormatInt(p.Value, 10)})
+		}
+	case metricdata.Sum[float64]:
+		for _, p := range d.DataPoints {
+			rows = append(rows, [2]string{attrText(p.Attributes), num(p.Value)})
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			rows = append(rows, [2]string{attrText(p.Attributes), strconv.FormatInt(p.Value, 10)})
+		}
+	case metricdata.Gauge[float64]:
+		for _, p := range d.DataPoints {
+			rows = append(rows, [2]string{attrText(p.Attributes), num(p.Value)})
+		}
+	case metricdata.Histogram[int64]:
+		for _, p := range d.DataPoints {
+			rows = append(rows, [2]string{attrText(p.Attributes), histText(p.Count, float64(p.Sum), extremum(p.Max))})
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range d.DataPoints {
+			rows = append(rows, [2]string{attrText(p.Attributes), histText(p.Count, p.Sum, extremum(p.Max))})
+		}
+	}
+	return rows
+}
+
+func extremum[N int64 | float64](e metricdata.Extrema[N]) string {
+	if v, ok := e.Value(); ok {
+		return num(float64(v))
+	}
+	return ""
+}
+
+func histText(count uint64, sum float64, maxv string) string {
+	s := fmt.Sprintf("count=%d sum=%s", count, num(sum))
+	if count > 0 {
+		s += " mean=" + num(sum/float64(count))
+	}
+	if maxv != "" {
+		s += " max=" + maxv
+	}
+	return s
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
+
+func attrText(set attribute.Set) string {
+	if set.Len() == 0 {
+		return "-"
+	}
+	parts := make([]string, 0, set.Len())
+	for _, kv := range set.ToSlice() {
+		parts = append(parts, strings.TrimPrefix(string(kv.Key), "retrace.")+"="+kv.Value.Emit())
+	}
+	return strings.Join(parts, " ")
+}
