@@ -113,7 +113,9 @@ type exchange struct {
 
 type exchangeKey struct{}
 
-func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) { return t.roundTrip(req, nil) }
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.roundTrip(req, nil)
+}
 
 func (t *transport) roundTrip(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 	resp, err := t.h(context.WithValue(req.Context(), exchangeKey{}, &exchange{next: next}), req)

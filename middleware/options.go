@@ -42,10 +42,10 @@ type config struct {
 	sdkAttempts int
 	// endAttrs, if set, are attributes read off the call's result for its
 	// layer span, set as it ends (WithEndAttributes).
-	endAttrs func(resp any, err error) []attribute.KeyValue
-	onAttempt   func(context.Context, AttemptEnd)
-	genai       bool
-	usage       any // func(Resp) (input, output int), from WithGenAIMetrics
+	endAttrs  func(resp any, err error) []attribute.KeyValue
+	onAttempt func(context.Context, AttemptEnd)
+	genai     bool
+	usage     any // func(Resp) (input, output int), from WithGenAIMetrics
 }
 
 func newConfig(opts []Option) config {

@@ -86,11 +86,11 @@ const (
 	// GenAIConversationCompacted marks a model call made with a history
 	// that was compacted after a context overflow.
 	GenAIConversationCompacted = attribute.Key("gen_ai.conversation.compacted")
-	GenAIToolName      = attribute.Key("gen_ai.tool.name")               // the tool called
-	GenAIToolCallID    = attribute.Key("gen_ai.tool.call.id")            // the model's ID for the call
-	GenAIToolType      = attribute.Key("gen_ai.tool.type")               // function
-	GenAIToolDesc      = attribute.Key("gen_ai.tool.description")        // the tool's description, as offered to the model
-	GenAIAgentName     = attribute.Key("gen_ai.agent.name")              // the agent's name
+	GenAIToolName              = attribute.Key("gen_ai.tool.name")        // the tool called
+	GenAIToolCallID            = attribute.Key("gen_ai.tool.call.id")     // the model's ID for the call
+	GenAIToolType              = attribute.Key("gen_ai.tool.type")        // function
+	GenAIToolDesc              = attribute.Key("gen_ai.tool.description") // the tool's description, as offered to the model
+	GenAIAgentName             = attribute.Key("gen_ai.agent.name")       // the agent's name
 
 	HTTPMethod     = attribute.Key("http.request.method")       // GET, POST, …
 	HTTPStatusCode = attribute.Key("http.response.status_code") // the response's status
