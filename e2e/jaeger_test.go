@@ -46,7 +46,7 @@ func TestDemoTracesInJaeger(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building the demo: %s", out)
 
-	for _, name := range []string{"always-503", "invalid-api-key"} {
+	for _, name := range []string{"always-503", "invalid-api-key", "sdk-retries"} {
 		t.Run(name, func(t *testing.T) {
 			cmd := exec.Command(agent, "-json", "-scenario", name, "-time-scale", "0.001")
 			// Written without a scheme, as people do: it must be insecure gRPC, not dropped.
@@ -67,9 +67,27 @@ func TestDemoTracesInJaeger(t *testing.T) {
 
 			// The trace proves its own counts.
 			calls := rootSpan.num("retrace.calls")
-			leaves := tr.leafModelSpans()
+			leaves := tr.leafSpans()
 			assert.Equal(t, res.ProviderRequests, calls, "retrace.calls = provider requests")
-			assert.Equal(t, res.ProviderRequests, len(leaves), "leaf model spans = provider requests")
+			assert.Equal(t, res.ProviderRequests, len(leaves), "leaf layer spans = provider requests")
+
+			// The conventions' shape: the logical model call is a CLIENT
+			// inference span covering its retries; what is beneath it is
+			// INTERNAL but for the physical requests, CLIENT spans named
+			// after their method.
+			chats := tr.layer("session")
+			require.NotEmpty(t, chats)
+			for _, c := range chats {
+				assert.Equal(t, 3, c.Kind, "%s is a CLIENT span", c.Name)
+				assert.True(t, strings.HasPrefix(c.Name, "chat "), c.Name)
+				assert.Equal(t, "chat", c.str("gen_ai.operation.name"))
+				assert.Equal(t, "openai", c.str("gen_ai.provider.name"))
+				assert.NotEmpty(t, c.str("gen_ai.request.model"))
+			}
+			for _, m := range tr.layer("model") {
+				assert.Equal(t, 1, m.Kind, "the model layer within an attempt is INTERNAL")
+				assert.Empty(t, m.str("gen_ai.operation.name"), "only the inference span is an inference")
+			}
 			assert.Equal(t, res.Diagnosis, rootSpan.str("retrace.diagnosis"), "the diagnosis the demo printed")
 			assert.Equal(t, res.Outcome, rootSpan.str("retrace.outcome"))
 
@@ -123,6 +141,19 @@ func TestDemoTracesInJaeger(t *testing.T) {
 				assert.Equal(t, "single_owner", e.Advice[0].Kind)
 				assert.Contains(t, e.Advice[0].Text, "cuts the worst case from 12 to 4")
 				assert.Contains(t, text, "trace "+res.TraceID+"\nruntime  ")
+			case "sdk-retries":
+				// The SDK's own retries, seen: each physical request a
+				// CLIENT span, numbered by its resend count.
+				assert.Equal(t, 36, calls)
+				resends := map[int]int{}
+				for _, l := range leaves {
+					assert.Equal(t, 3, l.Kind)
+					assert.Equal(t, "POST", l.Name)
+					assert.Equal(t, "POST", l.str("http.request.method"))
+					assert.Equal(t, 503, l.num("http.response.status_code"))
+					resends[l.num("http.request.resend_count")]++
+				}
+				assert.Equal(t, map[int]int{0: 12, 1: 12, 2: 12}, resends)
 			case "invalid-api-key":
 				assert.Equal(t, 1, calls)
 				assert.True(t, strings.HasPrefix(res.Diagnosis, "failed permanently: "), res.Diagnosis)
@@ -298,6 +329,7 @@ type span struct {
 	SpanID       string     `json:"spanId"`
 	ParentSpanID string     `json:"parentSpanId"`
 	Name         string     `json:"name"`
+	Kind         int        `json:"kind"` // OTLP: 1 internal, 3 client
 	Attributes   []keyValue `json:"attributes"`
 	Status       struct {
 		Code int `json:"code"`
@@ -392,20 +424,30 @@ func (t *otlpTrace) layer(name string) []*span {
 	return out
 }
 
-// leafModelSpans are the model layer spans beneath which no retrace layer
-// started: the calls that reached the provider.
-func (t *otlpTrace) leafModelSpans() []*span {
+// leafSpans are the layer spans beneath which no retrace layer started: the
+// calls that reached the provider (model calls, or the SDK's requests).
+func (t *otlpTrace) leafSpans() []*span {
 	var out []*span
-	for _, s := range t.layer("model") {
-		leaf := true
-		for _, c := range t.children(s) {
-			if c.str("retrace.layer") != "" && c.str("retrace.policy") == "" {
-				leaf = false
-			}
+	for _, s := range t.spans() {
+		if s.str("retrace.layer") == "" || s.num("retrace.attempt") != 0 || s.str("retrace.policy") != "" {
+			continue
 		}
-		if leaf {
+		if !t.hasLayerBeneath(s) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// hasLayerBeneath reports whether a retrace layer started beneath s.
+func (t *otlpTrace) hasLayerBeneath(s *span) bool {
+	for _, c := range t.children(s) {
+		if c.str("retrace.layer") != "" && c.str("retrace.policy") == "" && c.num("retrace.attempt") == 0 {
+			return true
+		}
+		if t.hasLayerBeneath(c) {
+			return true
+		}
+	}
+	return false
 }
