@@ -105,6 +105,17 @@ func TestSDKMiddlewareShowsTheSDKsRetries(t *testing.T) {
 	root := rootSpan(t, rec)
 	calls, _ := spanAttr(root, "retrace.calls")
 	assert.Equal(t, int64(6), calls.AsInt64(), "provider requests = leaf spans = retrace.calls")
+	for _, s := range rec.Ended() {
+		// A status carries the error's message only: the layer, attempts and
+		// status code are attributes of their own.
+		if s.SpanKind() == trace.SpanKindClient {
+			assert.Equal(t, "Service unavailable", s.Status().Description, "the provider's words")
+		}
+		assert.NotContains(t, s.Status().Description, "failed after", s.Name())
+		assert.NotContains(t, s.Status().Description, "session:", s.Name())
+	}
+	diag, _ := spanAttr(root, "retrace.diagnosis")
+	assert.Contains(t, diag.AsString(), "failed after 2 attempts", "the diagnosis keeps the whole account")
 	worst, _ := spanAttr(root, "retrace.calls.worst_case")
 	assert.Equal(t, int64(6), worst.AsInt64())
 	var chains []string
