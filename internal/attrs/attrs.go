@@ -1,0 +1,286 @@
+package attrs
+
+import (
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// attributePath is the package whose Key type marks an attribute key.
+const attributePath = "go.opentelemetry.io/otel/attribute"
+
+// OwnPrefix starts every key that is retrace's own; the others are the
+// OpenTelemetry semantic conventions' keys that retrace sets.
+const OwnPrefix = "retrace."
+
+// Key is one attribute key package telemetry declares.
+type Key struct {
+	Name    string // the key as spans carry it: "retrace.layer"
+	Const   string // the Go constant: "Layer"
+	File    string // the file that declares it: "attributes.go"
+	Comment string // its comment, on one line
+	On      string // where it is set ("layer span"); "" when the comment does not say
+	Meaning string // what it holds: the comment without the On part
+	Own     bool   // a retrace.* key; false for a convention key
+}
+
+// Event is one span event package telemetry declares: a string constant
+// whose name starts with Event.
+type Event struct {
+	Name    string // the event's name: "retrace.nested_retry"
+	Const   string // the Go constant: "EventNestedRetry"
+	File    string
+	Comment string // its comment, on one line
+	Meaning string // the comment without the constant's name
+}
+
+// Registry is every key and event of the telemetry package, in a stable
+// order: files by name, then as declared.
+type Registry struct {
+	Keys   []Key
+	Events []Event
+}
+
+// Key returns the declared key of that name.
+func (r *Registry) Key(name string) (Key, bool) {
+	i := slices.IndexFunc(r.Keys, func(k Key) bool { return k.Name == name })
+	if i < 0 {
+		return Key{}, false
+	}
+	return r.Keys[i], true
+}
+
+// Event returns the declared event of that name.
+func (r *Registry) Event(name string) (Event, bool) {
+	i := slices.IndexFunc(r.Events, func(e Event) bool { return e.Name == name })
+	if i < 0 {
+		return Event{}, false
+	}
+	return r.Events[i], true
+}
+
+// Own returns retrace's own keys (retrace.*), in the registry's order.
+func (r *Registry) Own() []Key {
+	return slices.DeleteFunc(slices.Clone(r.Keys), func(k Key) bool { return !k.Own })
+}
+
+// Conventions returns the OpenTelemetry convention keys, in the registry's
+// order.
+func (r *Registry) Conventions() []Key {
+	return slices.DeleteFunc(slices.Clone(r.Keys), func(k Key) bool { return k.Own })
+}
+
+// Load parses the Go files of the telemetry package in dir (its tests
+// aside) and returns the keys and events they declare. A key is a constant
+// whose value is attribute.Key("…") (or a string constant of type
+// attribute.Key); an event is a string constant named Event…. Every key and
+// event must have a comment, since the comment is its documentation, and a
+// name may be declared once only.
+func Load(dir string) (*Registry, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("attrs: %w", err)
+	}
+	reg := &Registry{}
+	fset := token.NewFileSet()
+	seen := map[string]string{} // name → where it was declared
+	var errs []error
+	for _, e := range entries { // ReadDir sorts by name
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments)
+		if err != nil {
+			return nil, fmt.Errorf("attrs: %w", err)
+		}
+		keys, events, ferrs := declared(fset, f, name)
+		errs = append(errs, ferrs...)
+		for _, k := range keys {
+			where := name + ": " + k.Const
+			if prev, dup := seen["key "+k.Name]; dup {
+				errs = append(errs, fmt.Errorf("attrs: %s declares %q, which %s declares already", where, k.Name, prev))
+				continue
+			}
+			seen["key "+k.Name] = where
+			reg.Keys = append(reg.Keys, k)
+		}
+		for _, ev := range events {
+			where := name + ": " + ev.Const
+			if prev, dup := seen["event "+ev.Name]; dup {
+				errs = append(errs, fmt.Errorf("attrs: %s declares the event %q, which %s declares already", where, ev.Name, prev))
+				continue
+			}
+			seen["event "+ev.Name] = where
+			reg.Events = append(reg.Events, ev)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(reg.Keys) == 0 {
+		return nil, fmt.Errorf("attrs: %s declares no attribute keys: is it the telemetry package?", dir)
+	}
+	return reg, nil
+}
+
+// declared returns the keys and events one file declares.
+func declared(fset *token.FileSet, f *ast.File, file string) ([]Key, []Event, []error) {
+	attr := importName(f, attributePath)
+	var keys []Key
+	var events []Event
+	var errs []error
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, s := range gd.Specs {
+			vs := s.(*ast.ValueSpec)
+			for i, id := range vs.Names {
+				if i >= len(vs.Values) {
+					continue
+				}
+				name, isKey := keyValue(attr, vs.Type, vs.Values[i])
+				if !isKey {
+					if !strings.HasPrefix(id.Name, "Event") || vs.Type != nil {
+						continue
+					}
+					if name, isKey = stringLit(vs.Values[i]); !isKey {
+						continue
+					}
+					c := comment(gd, vs)
+					if c == "" {
+						errs = append(errs, fmt.Errorf("attrs: %s: the event %s (%q) has no comment: say when it is added and what it carries", fset.Position(id.Pos()), id.Name, name))
+						continue
+					}
+					events = append(events, Event{Name: name, Const: id.Name, File: file, Comment: c, Meaning: withoutSubject(c, id.Name)})
+					continue
+				}
+				if name == "" {
+					errs = append(errs, fmt.Errorf("attrs: %s: %s is not attribute.Key of a string literal", fset.Position(id.Pos()), id.Name))
+					continue
+				}
+				c := comment(gd, vs)
+				if c == "" {
+					errs = append(errs, fmt.Errorf("attrs: %s: %s (%q) has no comment: say where it is set and what it holds", fset.Position(id.Pos()), id.Name, name))
+					continue
+				}
+				k := Key{Name: name, Const: id.Name, File: file, Comment: c, Own: strings.HasPrefix(name, OwnPrefix)}
+				k.On, k.Meaning = split(c, id.Name, vs.Doc != nil || vs.Comment == nil)
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys, events, errs
+}
+
+// importName is the name under which f imports path, "" when it does not.
+func importName(f *ast.File, path string) string {
+	for _, imp := range f.Imports {
+		if p, _ := strconv.Unquote(imp.Path.Value); p == path {
+			if imp.Name != nil {
+				return imp.Name.Name
+			}
+			return filepath.Base(path)
+		}
+	}
+	return ""
+}
+
+// keyValue reports whether a constant is an attribute key, and its name:
+// attribute.Key("name"), or "name" with the type attribute.Key. A key whose
+// value is not a string literal has the name "".
+func keyValue(attr string, typ, v ast.Expr) (string, bool) {
+	if attr == "" {
+		return "", false
+	}
+	if isSel(typ, attr, "Key") {
+		name, _ := stringLit(v)
+		return name, true
+	}
+	call, ok := v.(*ast.CallExpr)
+	if !ok || !isSel(call.Fun, attr, "Key") {
+		return "", false
+	}
+	if len(call.Args) != 1 {
+		return "", true
+	}
+	name, _ := stringLit(call.Args[0])
+	return name, true
+}
+
+func isSel(e ast.Expr, pkg, name string) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	if !ok || sel.Sel.Name != name {
+		return false
+	}
+	id, ok := sel.X.(*ast.Ident)
+	return ok && id.Name == pkg
+}
+
+func stringLit(e ast.Expr) (string, bool) {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", false
+	}
+	s, err := strconv.Unquote(lit.Value)
+	return s, err == nil
+}
+
+// comment is a constant's documentation on one line: its doc comment, else
+// its line comment, else, for a constant declared alone, the declaration's
+// doc comment. A group's doc comment describes the group, not each member.
+func comment(gd *ast.GenDecl, vs *ast.ValueSpec) string {
+	cg := vs.Doc
+	if cg == nil {
+		cg = vs.Comment
+	}
+	if cg == nil && !gd.Lparen.IsValid() {
+		cg = gd.Doc
+	}
+	if cg == nil {
+		return ""
+	}
+	return strings.Join(strings.Fields(cg.Text()), " ")
+}
+
+// docOn is a doc comment that says where its key is set, after the
+// constant's name: "is on a candidate span: its place in the chain".
+var docOn = regexp.MustCompile(`^(?:is |are )?(?:set |added )?on (?:the |an? )?([^:]+?): (.+)$`)
+
+// split divides a comment into where the key is set and what it holds. A
+// line comment has the form "on: meaning" when it has a colon at all (the
+// first one divides it); a doc comment is a sentence about the constant,
+// "Name is on the X span: meaning", and has an On part only in that form.
+func split(c, constName string, doc bool) (on, meaning string) {
+	if !doc {
+		if before, after, ok := strings.Cut(c, ": "); ok && before != "" {
+			return before, after
+		}
+		return "", c
+	}
+	rest, _ := strings.CutPrefix(c, constName+" ")
+	if m := docOn.FindStringSubmatch(rest); m != nil {
+		return m[1], m[2]
+	}
+	return "", withoutSubject(c, constName)
+}
+
+// withoutSubject drops the constant's name (and a following "is") from the
+// start of its doc comment: "EventCompacted is added when …" → "added when …".
+func withoutSubject(c, constName string) string {
+	rest, ok := strings.CutPrefix(c, constName+" ")
+	if !ok {
+		return c
+	}
+	return strings.TrimPrefix(rest, "is ")
+}
