@@ -45,7 +45,7 @@ func key(set attribute.Set) string {
 		if s != "" {
 			s += ","
 		}
-		s += string(kv.Key) + "=" + kv.Value.Emit()
+		s += string(kv.Key) + "=" + kv.Value.String()
 	}
 	return s
 }

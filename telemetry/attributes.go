@@ -8,17 +8,17 @@ const (
 	Attempt        = attribute.Key("retrace.attempt")          // attempt span: 1-based attempt number
 	Attempts       = attribute.Key("retrace.attempts")         // retrying layer span: attempts made
 	MaxAttempts    = attribute.Key("retrace.max_attempts")     // retrying layer span: the limit
-	RetryDelayMs   = attribute.Key("retrace.retry.delay_ms")   // attempt span: the backoff waited before this attempt
+	RetryDelayMs   = attribute.Key("retrace.retry.delay_ms")   // attempt span: the backoff waited before this attempt (absent on the first)
 	RetryDepth     = attribute.Key("retrace.retry.depth")      // layer span: retrying layers enclosing this one (0 = outermost)
 	ErrorClass     = attribute.Key("retrace.error.class")      // failed span: a policies.Class
-	ErrorReason    = attribute.Key("retrace.error.reason")     // failed span: the rule that classified the error
-	Outcome        = attribute.Key("retrace.outcome")          // layer span: a policies.Outcome
-	Diagnosis      = attribute.Key("retrace.diagnosis")        // failed retrying layer span: "failed after 3 attempts: …"
+	ErrorReason    = attribute.Key("retrace.error.reason")     // failed span: the rule that classified the error ("http 429", "marker: invalid api key")
+	Outcome        = attribute.Key("retrace.outcome")          // layer span: a policies.Outcome (success, success_after_retry, failed_permanent, failed_fatal, failed_unknown, failed_exhausted, budget_exhausted, rejected, canceled, step_limit)
+	Diagnosis      = attribute.Key("retrace.diagnosis")        // failed retrying layer span: "failed after 3 attempts: …", "failed permanently: …"
 	Calls          = attribute.Key("retrace.calls")            // outermost layer span: leaf calls made beneath it
-	CallsWorstCase = attribute.Key("retrace.calls.worst_case") // outermost layer span and nested-retry event: the most leaf calls the layers beneath could make
-	Policy         = attribute.Key("retrace.policy")           // policy span: circuit_breaker, bulkhead, timeout
+	CallsWorstCase = attribute.Key("retrace.calls.worst_case") // outermost layer span and nested-retry event: the most leaf calls the layers beneath could make (max attempts × the costliest attempt; a loop's MaxSteps × its costliest step), never below retrace.calls
+	Policy         = attribute.Key("retrace.policy")           // policy span and state-degraded event: circuit_breaker, bulkhead, timeout; budget on the event
 	CircuitState   = attribute.Key("retrace.circuit.state")    // breaker span (or attempt span): closed, open, half_open
-	RetryAfterMs   = attribute.Key("retrace.retry_after_ms")   // failed span: the server's or breaker's hint
+	RetryAfterMs   = attribute.Key("retrace.retry.after_ms")   // failed span: the wait the server (Retry-After) or a breaker asked for
 	BudgetLeft     = attribute.Key("retrace.budget.remaining") // layer span: task retries left when the layer ended
 	NestedLayers   = attribute.Key("retrace.nested.layers")    // nested-retry event: the retrying layers, outermost first
 
@@ -69,38 +69,39 @@ const SchemaURL = "https://opentelemetry.io/schemas/1.41.0"
 
 // OpenTelemetry semantic-convention keys retrace sets.
 const (
-	ErrorType = attribute.Key("error.type") // failed span: the error's low-cardinality type
+	ErrorType = attribute.Key("error.type") // failed span: the error's low-cardinality type: the provider's code, the HTTP status or the Go type
 
-	GenAIOperation     = attribute.Key("gen_ai.operation.name")          // chat, execute_tool
-	GenAIProvider      = attribute.Key("gen_ai.provider.name")           // openai, anthropic, …
-	GenAIRequestModel  = attribute.Key("gen_ai.request.model")           // the model asked for
-	GenAIResponseModel = attribute.Key("gen_ai.response.model")          // the model that answered
-	GenAIInputTokens   = attribute.Key("gen_ai.usage.input_tokens")      // prompt tokens
-	GenAIOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")     // completion tokens
-	GenAIFinishReasons = attribute.Key("gen_ai.response.finish_reasons") // why the model stopped; ["error"] when the call failed
-	GenAIResponseID    = attribute.Key("gen_ai.response.id")             // the provider's ID for the completion
-	GenAIRequestStream = attribute.Key("gen_ai.request.stream")          // the answer was asked for as a stream
-	// GenAITimeToFirstChunk is how long the answer's first piece took to
-	// arrive, in seconds, in the attempt that ended the call.
+	GenAIOperation     = attribute.Key("gen_ai.operation.name")          // chat, tool and agent spans: chat, execute_tool, invoke_agent
+	GenAIProvider      = attribute.Key("gen_ai.provider.name")           // chat, candidate and agent spans: openai, anthropic, …
+	GenAIRequestModel  = attribute.Key("gen_ai.request.model")           // chat and candidate spans: the model asked for
+	GenAIResponseModel = attribute.Key("gen_ai.response.model")          // chat span: the model that answered
+	GenAIInputTokens   = attribute.Key("gen_ai.usage.input_tokens")      // chat span: prompt tokens
+	GenAIOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")     // chat span: completion tokens
+	GenAIFinishReasons = attribute.Key("gen_ai.response.finish_reasons") // chat span: why the model stopped; ["error"] when the call failed
+	GenAIResponseID    = attribute.Key("gen_ai.response.id")             // chat span: the provider's ID for the completion
+	GenAIRequestStream = attribute.Key("gen_ai.request.stream")          // chat span: the answer was asked for as a stream
+	// GenAITimeToFirstChunk is on the chat span: how long the answer's first
+	// piece took to arrive, in seconds, in the attempt that ended the call.
 	GenAITimeToFirstChunk = attribute.Key("gen_ai.response.time_to_first_chunk")
-	// GenAIConversationCompacted marks a model call made with a history
-	// that was compacted after a context overflow.
+	// GenAIConversationCompacted is on the chat span: true when the call
+	// was made with a history compacted after a context overflow.
 	GenAIConversationCompacted = attribute.Key("gen_ai.conversation.compacted")
-	GenAIToolName              = attribute.Key("gen_ai.tool.name")        // the tool called
-	GenAIToolCallID            = attribute.Key("gen_ai.tool.call.id")     // the model's ID for the call
-	GenAIToolType              = attribute.Key("gen_ai.tool.type")        // function
-	GenAIToolDesc              = attribute.Key("gen_ai.tool.description") // the tool's description, as offered to the model
-	GenAIAgentName             = attribute.Key("gen_ai.agent.name")       // the agent's name
+	GenAIToolName              = attribute.Key("gen_ai.tool.name")        // tool span: the tool called
+	GenAIToolCallID            = attribute.Key("gen_ai.tool.call.id")     // tool span: the model's ID for the call
+	GenAIToolType              = attribute.Key("gen_ai.tool.type")        // tool span: function
+	GenAIToolDesc              = attribute.Key("gen_ai.tool.description") // tool span: the tool's description, as offered to the model
+	GenAIAgentName             = attribute.Key("gen_ai.agent.name")       // agent span: the agent's name, when the loop has one
 
-	HTTPMethod     = attribute.Key("http.request.method")       // GET, POST, …
-	HTTPStatusCode = attribute.Key("http.response.status_code") // the response's status
-	URLFull        = attribute.Key("url.full")                  // the request URL, without secrets
-	ServerAddress  = attribute.Key("server.address")            // the host called
-	ServerPort     = attribute.Key("server.port")               // the port called, the scheme's default included
-	// HTTPResendCount numbers a physical request among the attempts of one
-	// logical request: 0 for the first, then 1, 2, … for the retries
-	// (from an SDK's X-Stainless-Retry-Count, or the layer's own attempts).
+	HTTPMethod     = attribute.Key("http.request.method")       // request span: GET, POST, …
+	HTTPStatusCode = attribute.Key("http.response.status_code") // request span: the response's status
+	URLFull        = attribute.Key("url.full")                  // request span: the request URL, without secrets
+	ServerAddress  = attribute.Key("server.address")            // request and chat spans: the host called
+	ServerPort     = attribute.Key("server.port")               // request and chat spans: the port called, the scheme's default included
+	// HTTPResendCount is on a request span: the physical request's place
+	// among the attempts of one logical request, 0 for the first, then 1,
+	// 2, … for the retries (from an SDK's X-Stainless-Retry-Count, or the
+	// layer's own attempts).
 	HTTPResendCount = attribute.Key("http.request.resend_count")
 
-	ServiceName = attribute.Key("service.name") // the resource's service, when the environment names none
+	ServiceName = attribute.Key("service.name") // resource: the service, when the environment names none
 )

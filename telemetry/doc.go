@@ -5,3 +5,7 @@
 // names only: no behaviour, and it imports no retrace package, so that any
 // package can use it.
 package telemetry
+
+// The README's attribute tables are generated from this package's keys and
+// events and their comments.
+//go:generate go run ../internal/cmd/attrtable -readme ../README.md

@@ -125,7 +125,7 @@ func rootName(spans []sdktrace.ReadOnlySpan) string {
 		case telemetry.Outcome:
 			parts = append(parts, kv.Value.AsString())
 		case telemetry.Calls:
-			parts = append(parts, "calls="+kv.Value.Emit())
+			parts = append(parts, "calls="+kv.Value.String())
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -184,7 +184,7 @@ func value(v *commonpb.AnyValue) attribute.Value {
 	case *commonpb.AnyValue_ArrayValue:
 		var ss []string
 		for _, e := range x.ArrayValue.GetValues() {
-			ss = append(ss, value(e).Emit())
+			ss = append(ss, value(e).String())
 		}
 		return attribute.StringSliceValue(ss)
 	}

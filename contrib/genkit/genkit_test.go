@@ -152,7 +152,7 @@ func ours(sp sdktrace.ReadOnlySpan) bool {
 func attr(sp sdktrace.ReadOnlySpan, key string) (string, bool) {
 	for _, kv := range sp.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit(), true
+			return kv.Value.String(), true
 		}
 	}
 	return "", false

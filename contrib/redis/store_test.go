@@ -114,7 +114,7 @@ func spans(t *testing.T, st policies.State, calls int) []sdktrace.ReadOnlySpan {
 func attr(s sdktrace.ReadOnlySpan, key string) string {
 	for _, a := range s.Attributes() {
 		if string(a.Key) == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

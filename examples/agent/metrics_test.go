@@ -27,7 +27,7 @@ func collectMetrics(t *testing.T, reader *sdkmetric.ManualReader) map[string]fig
 	key := func(s attribute.Set) string {
 		var parts []string
 		for _, kv := range s.ToSlice() {
-			parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+			parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 		}
 		return strings.Join(parts, ",")
 	}

@@ -28,7 +28,7 @@ type Key struct {
 	File    string // the file that declares it: "attributes.go"
 	Comment string // its comment, on one line
 	On      string // where it is set ("layer span"); "" when the comment does not say
-	Meaning string // what it holds: the comment without the On part
+	Meaning string // what it holds: the comment without the On part and a final period
 	Own     bool   // a retrace.* key; false for a convention key
 }
 
@@ -39,7 +39,7 @@ type Event struct {
 	Const   string // the Go constant: "EventNestedRetry"
 	File    string
 	Comment string // its comment, on one line
-	Meaning string // the comment without the constant's name
+	Meaning string // the comment without the constant's name and a final period
 }
 
 // Registry is every key and event of the telemetry package, in a stable
@@ -162,7 +162,7 @@ func declared(fset *token.FileSet, f *ast.File, file string) ([]Key, []Event, []
 						errs = append(errs, fmt.Errorf("attrs: %s: the event %s (%q) has no comment: say when it is added and what it carries", fset.Position(id.Pos()), id.Name, name))
 						continue
 					}
-					events = append(events, Event{Name: name, Const: id.Name, File: file, Comment: c, Meaning: withoutSubject(c, id.Name)})
+					events = append(events, Event{Name: name, Const: id.Name, File: file, Comment: c, Meaning: strings.TrimSuffix(withoutSubject(c, id.Name), ".")})
 					continue
 				}
 				if name == "" {
@@ -175,7 +175,8 @@ func declared(fset *token.FileSet, f *ast.File, file string) ([]Key, []Event, []
 					continue
 				}
 				k := Key{Name: name, Const: id.Name, File: file, Comment: c, Own: strings.HasPrefix(name, OwnPrefix)}
-				k.On, k.Meaning = split(c, id.Name, vs.Doc != nil || vs.Comment == nil)
+				on, meaning := split(c, id.Name, vs.Doc != nil || vs.Comment == nil)
+				k.On, k.Meaning = on, strings.TrimSuffix(meaning, ".")
 				keys = append(keys, k)
 			}
 		}

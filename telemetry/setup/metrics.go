@@ -209,7 +209,7 @@ func attrText(set attribute.Set) string {
 	}
 	parts := make([]string, 0, set.Len())
 	for _, kv := range set.ToSlice() {
-		parts = append(parts, strings.TrimPrefix(string(kv.Key), "retrace.")+"="+kv.Value.Emit())
+		parts = append(parts, strings.TrimPrefix(string(kv.Key), "retrace.")+"="+kv.Value.String())
 	}
 	return strings.Join(parts, " ")
 }

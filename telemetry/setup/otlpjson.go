@@ -128,7 +128,7 @@ func anyValue(v attribute.Value) *commonpb.AnyValue {
 			items = append(items, anyValue(attribute.StringValue(s)))
 		}
 	default:
-		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.Emit()}}
+		return &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v.String()}}
 	}
 	return &commonpb.AnyValue{Value: &commonpb.AnyValue_ArrayValue{ArrayValue: &commonpb.ArrayValue{Values: items}}}
 }

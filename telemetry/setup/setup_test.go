@@ -169,7 +169,7 @@ func resourceOf(t *testing.T, opts []setup.Option, vars ...string) map[string]st
 	require.Len(t, rec.Ended(), 1)
 	out := map[string]string{}
 	for _, kv := range rec.Ended()[0].Resource().Attributes() {
-		out[string(kv.Key)] = kv.Value.Emit()
+		out[string(kv.Key)] = kv.Value.String()
 	}
 	return out
 }
