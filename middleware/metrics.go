@@ -40,7 +40,7 @@ var allOutcomes = []policies.Outcome{
 }
 
 func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instruments {
-	m := mp.Meter(scope)
+	m := mp.Meter(scope, meterScopeOpts...)
 	set := attribute.NewSet(telemetry.Layer.String(layer))
 	in := &instruments{
 		mp:          mp,

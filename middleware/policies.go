@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
@@ -26,7 +27,10 @@ import (
 const scope = "github.com/retrace-go/retrace"
 
 // scopeOpts give the scope retrace's version and the conventions' schema.
-var scopeOpts = []trace.TracerOption{trace.WithInstrumentationVersion(telemetry.Version), trace.WithSchemaURL(telemetry.SchemaURL)}
+var (
+	scopeOpts      = []trace.TracerOption{trace.WithInstrumentationVersion(telemetry.Version), trace.WithSchemaURL(telemetry.SchemaURL)}
+	meterScopeOpts = []metric.MeterOption{metric.WithInstrumentationVersion(telemetry.Version), metric.WithSchemaURL(telemetry.SchemaURL)}
+)
 
 // Policies runs the handler through the failsafe-go policies ps, listed
 // outermost first as in failsafe.With, with the global tracer and meter

@@ -25,7 +25,7 @@ func newStateMeter(mp metric.MeterProvider, layer string) *stateMeter {
 		budget:  []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(telemetry.Layer.String(layer), telemetry.Policy.String(telemetry.PolicyBudget)))},
 	}
 	// An instrument error leaves a nil counter: metrics never fail a call.
-	s.degraded, _ = mp.Meter(scope).Int64Counter(telemetry.MetricStateDegraded,
+	s.degraded, _ = mp.Meter(scope, meterScopeOpts...).Int64Counter(telemetry.MetricStateDegraded,
 		metric.WithDescription("Decisions of a breaker or budget made on local state because its shared state failed."),
 		metric.WithUnit("{decision}"))
 	return s

@@ -72,5 +72,18 @@
 // [BillingError], [RequestTooLarge], [PromptTooLong] and
 // [AnthropicErrorEvent] make Anthropic's own errors.
 //
+// The span helpers check what a trace says of itself against what the server
+// saw: [TraceCounts] reads a trace's leaf spans and its root's retrace.calls,
+// worst case, outcome and diagnosis off the spans a recorder holds
+// (go.opentelemetry.io/otel/sdk/trace/tracetest), [ByTrace] splits them by
+// trace, and [Server.CheckCounts] fails unless requests received = leaf
+// spans = retrace.calls ≤ worst case:
+//
+//	rec := tracetest.NewSpanRecorder()
+//	// … build the agent with middleware.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))) and run one call …
+//	if err := srv.CheckCounts(rec.Ended()); err != nil {
+//		t.Fatal(err)
+//	}
+//
 // The command `retrace faultserver` (cmd/retrace) runs the same server from the command line.
 package retracetest
