@@ -246,15 +246,7 @@ func classify(err error) Classification {
 		return with(Transient, "pattern: "+m)
 	}
 	// 9. Certificates and the remaining client errors.
-	var (
-		unknownAuthority x509.UnknownAuthorityError
-		hostname         x509.HostnameError
-		invalidCert      x509.CertificateInvalidError
-		verification     *tls.CertificateVerificationError
-		record           tls.RecordHeaderError
-	)
-	if errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalidCert) ||
-		errors.As(err, &verification) || errors.As(err, &record) {
+	if isTLS(err) {
 		return with(Permanent, "tls")
 	}
 	if hasAPI && api.StatusCode >= 400 && api.StatusCode < 500 {
@@ -352,35 +344,11 @@ func safeCode(code string) string {
 	return code
 }
 
-// transientNetwork recognises Go's network failures.
+// transientNetwork recognises Go's network failures that a later call may
+// not meet, with the reason it names.
 func transientNetwork(err error) (string, bool) {
-	switch {
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset", true
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused", true
-	case errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
-		return "connection closed", true
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "unexpected EOF", true
-	case errors.Is(err, io.EOF):
-		return "other side closed", true
-	case errors.Is(err, net.ErrClosed):
-		return "connection closed", true
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout", true
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		return "network: " + oe.Op, true
-	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) && (dns.IsTemporary || dns.IsTimeout) {
-		return "dns", true
-	}
-	return "", false
+	_, reason := netFailure(err)
+	return reason, reason != ""
 }
 
 // errorType returns the low-cardinality error.type of err: the API error's
@@ -417,26 +385,49 @@ func errorType(err error) string {
 
 // networkType names the network and TLS failures error.type can tell apart.
 func networkType(err error) (string, bool) {
+	typ, _ := netFailure(err)
+	return typ, typ != ""
+}
+
+// netFailure is the one table of Go's network failures: the error.type
+// each is named by, and the reason it is transient ("" for one that is not:
+// a DNS name that does not exist, a certificate).
+func netFailure(err error) (typ, reason string) {
 	switch {
 	case errors.Is(err, syscall.ECONNRESET):
-		return "connection_reset", true
+		return "connection_reset", "connection reset"
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection_refused", true
+		return "connection_refused", "connection refused"
 	case errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
-		return "connection_closed", true
+		return "connection_closed", "connection closed"
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "unexpected_eof", true
+		return "unexpected_eof", "unexpected EOF"
 	case errors.Is(err, io.EOF):
-		return "eof", true
+		return "eof", "other side closed"
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout", true
+		return "timeout", "timeout"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return "network_error", "network: " + oe.Op
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
-		return "dns_error", true
+		if dns.IsTemporary || dns.IsTimeout {
+			return "dns_error", "dns"
+		}
+		return "dns_error", ""
 	}
+	if isTLS(err) {
+		return "tls_error", ""
+	}
+	return "", ""
+}
+
+// isTLS reports whether err is a certificate or TLS record failure.
+func isTLS(err error) bool {
 	var (
 		unknownAuthority x509.UnknownAuthorityError
 		hostname         x509.HostnameError
@@ -444,13 +435,6 @@ func networkType(err error) (string, bool) {
 		verification     *tls.CertificateVerificationError
 		record           tls.RecordHeaderError
 	)
-	if errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalidCert) ||
-		errors.As(err, &verification) || errors.As(err, &record) {
-		return "tls_error", true
-	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
-		return "network_error", true
-	}
-	return "", false
+	return errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalidCert) ||
+		errors.As(err, &verification) || errors.As(err, &record)
 }

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -204,30 +203,13 @@ func (p *Anthropic) streamError(ctx context.Context, err error, resp *http.Respo
 		// error type as its code, and the retry-after header.
 		return middleware.APIErrorFrom(resp)
 	}
-	if e, ok := errors.AsType[*policies.Error](err); ok {
-		return e // a limit passed, or an error event no rule knows
-	}
-	if e, ok := errors.AsType[*policies.APIError](err); ok {
-		return e // an "event: error", read by the limits beneath the SDK
+	if e := ownStreamError(err); e != nil {
+		return e // a limit passed, or an "event: error" read by the limits beneath the SDK
 	}
 	if e, ok := errors.AsType[*anthropic.Error](err); ok {
 		return eventError([]byte(e.RawJSON())) // an error event the limits did not see
 	}
-	if errors.Is(err, bufio.ErrTooLong) {
-		return limitExceeded(LimitSDKLine, sdkLineLimit)
-	}
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &syn) || errors.As(err, &typ) {
-		return malformed(err)
-	}
-	if ctx.Err() != nil {
-		return err // the caller's end, or the attempt timeout's
-	}
-	if started {
-		return &StreamError{Err: err} // the stream broke after it began: dropped
-	}
-	return err
+	return readFailure(ctx, err, started)
 }
 
 // params is req as Messages API parameters: system messages become the

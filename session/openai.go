@@ -165,15 +165,32 @@ func (p *OpenAI) streamError(ctx context.Context, err error, resp *http.Response
 		// status, its code and its type, as it is in the HTTP layer's spans.
 		return middleware.APIErrorFrom(resp)
 	}
-	if e, ok := errors.AsType[*policies.Error](err); ok {
-		return e // a limit passed, or an error event no rule knows
-	}
-	if e, ok := errors.AsType[*policies.APIError](err); ok {
-		return e // an error event named "error"
+	if e := ownStreamError(err); e != nil {
+		return e // a limit passed, or an error event (named "error", or one no rule knows)
 	}
 	if se, ok := errors.AsType[*ssestream.StreamError](err); ok {
 		return eventError(se.Event.Data) // an event whose data holds an "error"
 	}
+	return readFailure(ctx, err, started)
+}
+
+// ownStreamError is the error retrace's own limits beneath an SDK put in
+// its stream (a limit passed, an error event read by the limits), or nil.
+func ownStreamError(err error) error {
+	if e, ok := errors.AsType[*policies.Error](err); ok {
+		return e
+	}
+	if e, ok := errors.AsType[*policies.APIError](err); ok {
+		return e
+	}
+	return nil
+}
+
+// readFailure maps a failure to read an SDK's stream that is neither an
+// error answer nor an error event: a line past the SDK's limit, an event
+// that is not JSON, the caller's end, or a stream that broke after it began
+// (dropped, which the session retries).
+func readFailure(ctx context.Context, err error, started bool) error {
 	if errors.Is(err, bufio.ErrTooLong) {
 		return limitExceeded(LimitSDKLine, sdkLineLimit)
 	}
@@ -186,7 +203,7 @@ func (p *OpenAI) streamError(ctx context.Context, err error, resp *http.Response
 		return err // the caller's end, or the attempt timeout's
 	}
 	if started {
-		return &StreamError{Err: err} // the stream broke after it began: dropped
+		return &StreamError{Err: err}
 	}
 	return err
 }
