@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -95,28 +94,22 @@ func NewMeterProvider(ctx context.Context, opts ...Option) (metric.MeterProvider
 	}
 	mp := sdkmetric.NewMeterProvider(mpOpts...)
 
-	var once sync.Once
-	shutdown := func(ctx context.Context) error {
-		var err error
-		once.Do(func() {
-			sctx, cancel := context.WithTimeout(ctx, c.shutdownTimeout)
-			defer cancel()
-			if summary != nil {
-				var rm metricdata.ResourceMetrics
-				if err = summary.Collect(sctx, &rm); err == nil {
-					err = WriteSummary(c.console, &rm)
-				}
+	shutdown := c.boundedOnce(func(sctx context.Context) (err error) {
+		if summary != nil {
+			var rm metricdata.ResourceMetrics
+			if err = summary.Collect(sctx, &rm); err == nil {
+				err = WriteSummary(c.console, &rm)
 			}
-			if serr := mp.Shutdown(sctx); serr != nil && err == nil {
-				err = serr
-				if x.OTLP {
-					fmt.Fprintf(c.warnings, "retrace: could not flush metrics to the OTLP receiver at %s within %s; they were dropped (%v)\n",
-						x.Endpoint, c.shutdownTimeout, shortErr(serr))
-				}
+		}
+		if serr := mp.Shutdown(sctx); serr != nil && err == nil {
+			err = serr
+			if x.OTLP {
+				fmt.Fprintf(c.warnings, "retrace: could not flush metrics to the OTLP receiver at %s within %s; they were dropped (%v)\n",
+					x.Endpoint, c.shutdownTimeout, shortErr(serr))
 			}
-		})
+		}
 		return err
-	}
+	})
 	return mp, shutdown, nil
 }
 

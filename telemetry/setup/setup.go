@@ -253,32 +253,41 @@ func NewTracerProvider(ctx context.Context, opts ...Option) (trace.TracerProvide
 	}
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 
+	shutdown := c.boundedOnce(func(sctx context.Context) (err error) {
+		if rec != nil {
+			rec.failed.Store(nil)
+		}
+		err = tp.Shutdown(sctx)
+		if err == nil && rec != nil {
+			// The batcher hands a failed final export to the global error
+			// handler and reports success when its own deadline fired
+			// before shutdown's; the exporter saw the failure either way.
+			if e := rec.failed.Load(); e != nil {
+				err = *e
+			}
+		}
+		if err != nil && x.OTLP {
+			fmt.Fprintf(c.warnings, "retrace: could not flush spans to the OTLP receiver at %s within %s; spans were dropped (%v)\n",
+				x.Endpoint, c.shutdownTimeout, shortErr(err))
+		}
+		return err
+	})
+	return tp, shutdown, nil
+}
+
+// boundedOnce is a provider's shutdown: f runs once, within the shutdown
+// timeout; later calls return nil at once.
+func (c config) boundedOnce(f func(ctx context.Context) error) func(context.Context) error {
 	var once sync.Once
-	shutdown := func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		var err error
 		once.Do(func() {
 			sctx, cancel := context.WithTimeout(ctx, c.shutdownTimeout)
 			defer cancel()
-			if rec != nil {
-				rec.failed.Store(nil)
-			}
-			err = tp.Shutdown(sctx)
-			if err == nil && rec != nil {
-				// The batcher hands a failed final export to the global error
-				// handler and reports success when its own deadline fired
-				// before shutdown's; the exporter saw the failure either way.
-				if e := rec.failed.Load(); e != nil {
-					err = *e
-				}
-			}
-			if err != nil && x.OTLP {
-				fmt.Fprintf(c.warnings, "retrace: could not flush spans to the OTLP receiver at %s within %s; spans were dropped (%v)\n",
-					x.Endpoint, c.shutdownTimeout, shortErr(err))
-			}
+			err = f(sctx)
 		})
 		return err
 	}
-	return tp, shutdown, nil
 }
 
 // recordingExporter remembers the last failed export, so that shutdown can
