@@ -13,14 +13,15 @@ import (
 
 // FleetWorker is one worker of a fleet: it makes Calls logical calls, Every
 // apart on Clock, through a layer with ToolRetry and a circuit breaker on
-// the policies' presets (5 failures, 60 s cool-down, one probe), shared
-// through State when it is set. The fleet demo, the Redis command and the
+// the policies' presets (5 failures, 60 s cool-down, one probe), or on
+// RateBreaker's failure rate with Rate, shared through State when it is set. The fleet demo, the Redis command and the
 // Redis integration test run it, in goroutines or in processes.
 type FleetWorker struct {
 	Name    string // the breaker's name: workers of one name share it
 	Calls   int
 	Every   time.Duration
 	State   policies.State // nil → a breaker of this worker's own
+	Rate    bool           // the breaker opens on RateBreaker's failure rate
 	Clock   clock.Clock
 	Options []middleware.Option // the layer's (a tracer provider)
 	Call    func(ctx context.Context) error
@@ -45,7 +46,7 @@ func (w FleetWorker) Run(ctx context.Context) FleetOutcomes {
 	retry.Clock = w.Clock
 	layer := middleware.PoliciesWith[struct{}, struct{}]("model", append([]middleware.Option{middleware.WithClock(w.Clock)}, w.Options...),
 		policies.NewRetry[struct{}](retry),
-		policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Name: w.Name, State: w.State, Clock: w.Clock}),
+		policies.NewCircuitBreaker[struct{}](w.breaker()),
 	)
 	h := layer(func(ctx context.Context, _ struct{}) (struct{}, error) { return struct{}{}, w.Call(ctx) })
 	out := FleetOutcomes{}
@@ -59,6 +60,23 @@ func (w FleetWorker) Run(ctx context.Context) FleetOutcomes {
 		out[OutcomeOf(err)]++
 	}
 	return out
+}
+
+func (w FleetWorker) breaker() policies.BreakerConfig {
+	cfg := policies.BreakerConfig{Name: w.Name, State: w.State, Clock: w.Clock}
+	if w.Rate {
+		cfg = RateBreaker(cfg)
+	}
+	return cfg
+}
+
+// RateBreaker is cfg in the failure-rate mode the fleet storm measures
+// (SharedRateFleet): it opens when at least half of the calls of the last
+// 10 s failed, once the window holds 20, wherever in the fleet they were
+// made. Its other settings are cfg's.
+func RateBreaker(cfg policies.BreakerConfig) policies.BreakerConfig {
+	cfg.FailureRate, cfg.MinimumCalls, cfg.Window = 0.5, 20, 10*time.Second
+	return cfg
 }
 
 // OutcomeOf is the outcome a call through a retrace layer ended with.

@@ -29,14 +29,17 @@ var Strategies = []Strategy{NoJitter, Jitter, JitterBudget, JitterBreaker}
 // The fleet strategies: every client is a worker with ToolRetry's jitter, a
 // circuit breaker and a retry budget (10% of calls over 10 s, 3 at least),
 // either each its own (LocalFleet) or all shared through one State
-// (SharedFleet), as workers sharing Redis share them.
+// (SharedFleet), as workers sharing Redis share them; SharedRateFleet's
+// shared breaker opens on the fleet's failure rate ([RateBreaker]) rather
+// than on 5 consecutive failures anywhere in the fleet.
 const (
-	LocalFleet  Strategy = "local breakers + budgets"
-	SharedFleet Strategy = "shared breakers + budgets"
+	LocalFleet      Strategy = "local breakers + budgets"
+	SharedFleet     Strategy = "shared breakers + budgets"
+	SharedRateFleet Strategy = "shared breakers (failure rate 50%, 20 calls, 10 s) + budgets"
 )
 
-// FleetStrategies are the two, in the order the results list them.
-var FleetStrategies = []Strategy{LocalFleet, SharedFleet}
+// FleetStrategies are the three, in the order the results list them.
+var FleetStrategies = []Strategy{LocalFleet, SharedFleet, SharedRateFleet}
 
 // Window is the width of the load series.
 const Window = 100 * time.Millisecond
@@ -52,8 +55,12 @@ type StormConfig struct {
 	Capacity       int           // requests per Window the downstream serves once it is back
 	Outage         time.Duration // from t = 0 it refuses everything this long
 	Think          time.Duration // a client's pause between its logical calls
-	Seed           uint64
-	Strategy       Strategy
+	// ThinkJitter, if above 0, makes each pause Think × a random factor in
+	// [1-ThinkJitter, 1+ThinkJitter], from its own source seeded with Seed;
+	// 0 → every pause is Think exactly.
+	ThinkJitter float64
+	Seed        uint64
+	Strategy    Strategy
 }
 
 // FleetStorm is the storm of a fleet of n workers behind one provider: each
@@ -63,6 +70,14 @@ type StormConfig struct {
 func FleetStorm(n int, s Strategy) StormConfig {
 	return StormConfig{Clients: n, CallsPerClient: 300, Capacity: max(1, n/10), Outage: 2 * time.Minute,
 		Think: time.Second, Seed: 1, Strategy: s}
+}
+
+// FleetStormSpread is FleetStorm with each worker's pause between calls
+// jittered by ±10%: workers whose calls ended together do not stay in step.
+func FleetStormSpread(n int, s Strategy) StormConfig {
+	cfg := FleetStorm(n, s)
+	cfg.ThinkJitter = 0.1
+	return cfg
 }
 
 // DefaultStorm is the storm the results page reports, for n clients: 5
@@ -124,6 +139,7 @@ type sim struct {
 	load      map[int]int
 	res       StormResult
 	transient engine.Failure
+	think     func() float64 // draws the pauses' jitter, with ThinkJitter
 }
 
 type stormClient struct {
@@ -147,12 +163,13 @@ func newSim(cfg StormConfig) *sim {
 		retry:     executor[interface{ Engine() *engine.Retry }](policies.NewRetry[struct{}](retry)).Engine(),
 		res:       StormResult{Config: cfg, LogicalCalls: cfg.Clients},
 		transient: engine.Failure{Class: engine.Transient},
+		think:     policies.SeededRand(^cfg.Seed), // a stream of its own: the retries' jitter is unchanged
 	}
 	if cfg.Strategy == JitterBreaker {
 		s.breaker = executor[interface{ Engine() *engine.Breaker }](policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Clock: clk})).Engine()
 	}
 	var st policies.State
-	if cfg.Strategy == SharedFleet {
+	if cfg.Strategy == SharedFleet || cfg.Strategy == SharedRateFleet {
 		st = policies.NewMemoryState()
 	}
 	for range cfg.Clients {
@@ -161,13 +178,16 @@ func newSim(cfg StormConfig) *sim {
 			ctx = policies.WithTaskBudget(ctx, 6)
 		}
 		c := &stormClient{ctx: ctx, call: 1, attempt: 1, retry: s.retry, breaker: s.breaker}
-		if cfg.Strategy == LocalFleet || cfg.Strategy == SharedFleet {
+		if cfg.Strategy == LocalFleet || cfg.Strategy == SharedFleet || cfg.Strategy == SharedRateFleet {
 			c.budget = policies.NewRetryBudget(policies.RetryBudgetConfig{Name: "storm", State: st, Clock: clk})
 			r := retry
 			r.Budget = c.budget
 			c.retry = executor[interface{ Engine() *engine.Retry }](policies.NewRetry[struct{}](r)).Engine()
-			c.breaker = executor[interface{ Engine() *engine.Breaker }](policies.NewCircuitBreaker[struct{}](
-				policies.BreakerConfig{Name: "storm", Clock: clk, State: st})).Engine()
+			bc := policies.BreakerConfig{Name: "storm", Clock: clk, State: st}
+			if cfg.Strategy == SharedRateFleet {
+				bc = RateBreaker(bc)
+			}
+			c.breaker = executor[interface{ Engine() *engine.Breaker }](policies.NewCircuitBreaker[struct{}](bc)).Engine()
 			c.budget.RecordExecution() // the call in flight at t = 0
 		}
 		s.clients = append(s.clients, c)
@@ -236,7 +256,11 @@ func (s *sim) done(id int) {
 	if c.budget != nil {
 		c.budget.RecordExecution()
 	}
-	heap.Push(&s.queue, event{at: s.now + s.cfg.Think, client: id})
+	think := s.cfg.Think
+	if s.cfg.ThinkJitter > 0 {
+		think = time.Duration(float64(think) * (1 - s.cfg.ThinkJitter + 2*s.cfg.ThinkJitter*s.think()))
+	}
+	heap.Push(&s.queue, event{at: s.now + think, client: id})
 }
 
 func (s *sim) result() StormResult {

@@ -70,5 +70,60 @@ func TestFleetStorm(t *testing.T) {
 		assert.GreaterOrEqual(t, during(local), 5*n)
 		assert.Less(t, during(shared)*4, during(local))
 		assert.Equal(t, Simulate(FleetStorm(n, SharedFleet)), shared, "deterministic")
+
+		// A shared breaker on the failure rate shields the provider during
+		// the outage as the shared count does: it opens once 20 calls are
+		// in the window, a count of calls that does not grow with n.
+		rate := Simulate(FleetStorm(n, SharedRateFleet))
+		t.Logf("%4d workers: rate peak %d, %d requests (%d during the outage), %d succeeded (local %d, shared %d)",
+			n, rate.Peak, rate.DownstreamCalls, during(rate), rate.Succeeded, local.Succeeded, shared.Succeeded)
+		require.Equal(t, n*300, rate.LogicalCalls)
+		assert.Less(t, during(rate)*4, during(local))
+		assert.LessOrEqual(t, during(rate), 20+2, "20 failures fill the window and open it; then a probe per 60 s cool-down")
+		// In this storm it does not rescue the fleet: the workers whose
+		// first calls the shared budget ended at t = 0 call in step, in a
+		// window the provider refuses most of (see TestFleetStormSpread).
+		assert.Less(t, rate.Succeeded*10, local.Succeeded)
+		assert.Equal(t, Simulate(FleetStorm(n, SharedRateFleet)), rate, "deterministic")
 	}
+}
+
+// With the workers' pauses jittered, what the results page says of the
+// spread storm holds: the shared count still sheds nearly every call, the
+// shared rate succeeds about as often as local breakers, and the provider
+// gets a fraction of the local breakers' requests during the outage.
+func TestFleetStormSpread(t *testing.T) {
+	for _, n := range []int{100, 1000} {
+		local, shared, rate := Simulate(FleetStormSpread(n, LocalFleet)), Simulate(FleetStormSpread(n, SharedFleet)), Simulate(FleetStormSpread(n, SharedRateFleet))
+		outage := FleetStormSpread(n, LocalFleet).Outage
+		during := func(r StormResult) int {
+			sum := 0
+			for w, x := range r.Series {
+				if time.Duration(w)*Window < outage {
+					sum += x
+				}
+			}
+			return sum
+		}
+		t.Logf("%4d workers, pauses jittered: succeeded local %d, shared %d, rate %d; during the outage %d, %d, %d",
+			n, local.Succeeded, shared.Succeeded, rate.Succeeded, during(local), during(shared), during(rate))
+		require.Equal(t, n*300, rate.LogicalCalls)
+		assert.Less(t, shared.Succeeded*10, local.Succeeded, "the shared count sheds most calls")
+		assert.InEpsilon(t, local.Succeeded, rate.Succeeded, 0.1, "the shared rate succeeds about as often as local breakers")
+		assert.Less(t, during(rate)*4, during(local))
+		assert.NotEqual(t, Simulate(FleetStorm(n, SharedRateFleet)).Series, rate.Series, "the jitter changes the storm")
+		assert.Equal(t, Simulate(FleetStormSpread(n, SharedRateFleet)), rate, "deterministic")
+	}
+}
+
+// A fleet worker with Rate breaks on RateBreaker's failure rate, on its
+// other settings.
+func TestFleetWorkerRate(t *testing.T) {
+	w := FleetWorker{Name: "p", Rate: true}
+	cfg := w.breaker()
+	assert.Equal(t, "p", cfg.Name)
+	assert.InDelta(t, 0.5, cfg.FailureRate, 0)
+	assert.Equal(t, 20, cfg.MinimumCalls)
+	assert.Equal(t, 10*time.Second, cfg.Window)
+	assert.Zero(t, FleetWorker{Name: "p"}.breaker().FailureRate, "without Rate, the presets")
 }

@@ -13,13 +13,37 @@ import (
 
 // BreakerConfig configures a circuit breaker. The zero value opens after 5
 // consecutive Transient failures, stays open 60 s, then lets one probe
-// through; a successful probe closes it, a failed one reopens it.
+// through; a successful probe closes it, a failed one reopens it. With
+// FailureRate set it opens on the share of failed calls over a window
+// instead, which scales with the number of workers sharing it.
 type BreakerConfig struct {
 	// Name names what the breaker protects ("search_docs") in its errors.
 	Name string
 	// FailureThreshold is the number of consecutive Transient failures that
-	// open the breaker; 0 → 5. A success resets the count.
+	// open the breaker; 0 → 5. A success resets the count. It is ignored
+	// when FailureRate is set.
 	FailureThreshold int
+	// FailureRate, if above 0, opens the breaker when at least this share
+	// of the calls recorded in the last Window failed (0.5: half of them),
+	// once the window holds MinimumCalls; above 1 → 1. Calls are Transient
+	// failures and successes, as for FailureThreshold; the rate is checked
+	// as each failure is recorded, so a success never opens it. The window is cut
+	// into 10 buckets of Window/10 on the breaker's clock: a call leaves it
+	// between 9/10 of Window and Window after it ended. The window starts
+	// empty at each transition; the half-open probes and closing are as
+	// without it. 0 → off: FailureThreshold consecutive failures open it.
+	//
+	// A consecutive count does not scale with a fleet sharing the breaker
+	// (State): 1,000 workers make FailureThreshold consecutive failures
+	// somewhere in the fleet within moments at any error rate, and reopen it
+	// for everyone; a rate over the fleet's calls does not.
+	FailureRate float64
+	// MinimumCalls is the number of calls the window must hold before the
+	// rate can open the breaker; 0 → 20 when FailureRate is set.
+	MinimumCalls int
+	// Window is how far back the rate looks; 0 → 10 s when FailureRate is
+	// set.
+	Window time.Duration
 	// Delay is the cool-down before a half-open probe; 0 → 60 s.
 	Delay time.Duration
 	// HalfOpenProbes is the number of calls let through at once while half
@@ -46,15 +70,17 @@ type BreakerConfig struct {
 	// State, if set, is shared by every breaker of the same Name on it (the
 	// workers of a fleet): the failures of all of them count toward
 	// FailureThreshold, one probe goes through per cool-down for all of
-	// them, and a successful probe closes it for everyone. Name is its key
+	// them, and a successful probe closes it for everyone; with FailureRate
+	// the rate is over the calls of all of them. Name is its key
 	// ("" → "default"); give every worker the same settings, and a Clock
 	// that agrees across them (the wall clock, or one started together).
 	//
 	// When the State fails or does not answer in time, the breaker decides
 	// on its local state, counting this worker's calls alone, until it
 	// answers again: an outage then costs each worker its own
-	// FailureThreshold failures, as without a State, but no call is refused
-	// or held because the State is down.
+	// FailureThreshold failures (or its own window, with FailureRate), as
+	// without a State, but no call is refused or held because the State is
+	// down.
 	State State
 	// StateTTL is how long the shared record outlives its last use; 0 → ten
 	// cool-downs, at least an hour (an expired record starts closed).
@@ -80,6 +106,17 @@ func NewCircuitBreaker[R any](cfg BreakerConfig) *CircuitBreaker[R] {
 	if cfg.FailureThreshold <= 0 {
 		cfg.FailureThreshold = 5
 	}
+	if cfg.FailureRate > 0 {
+		cfg.FailureRate = min(cfg.FailureRate, 1)
+		if cfg.MinimumCalls <= 0 {
+			cfg.MinimumCalls = 20
+		}
+		if cfg.Window <= 0 {
+			cfg.Window = 10 * time.Second
+		}
+	} else {
+		cfg.FailureRate = 0 // negative or NaN: off
+	}
 	if cfg.Delay <= 0 {
 		cfg.Delay = 60 * time.Second
 	}
@@ -98,7 +135,8 @@ func NewCircuitBreaker[R any](cfg BreakerConfig) *CircuitBreaker[R] {
 		key = "default"
 	}
 	b := engine.NewBreaker(engine.BreakerLimits{
-		Name: cfg.Name, FailureThreshold: cfg.FailureThreshold, Delay: cfg.Delay, HalfOpenProbes: cfg.HalfOpenProbes,
+		Name: cfg.Name, FailureThreshold: cfg.FailureThreshold,
+		FailureRate: cfg.FailureRate, MinimumCalls: cfg.MinimumCalls, Window: cfg.Window, Delay: cfg.Delay, HalfOpenProbes: cfg.HalfOpenProbes,
 		SuccessThreshold: cfg.SuccessThreshold, Clock: cfg.Clock, OnStateChange: cfg.OnStateChange,
 		State: cfg.State, Key: "breaker:" + key, TTL: cfg.StateTTL,
 	})

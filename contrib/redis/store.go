@@ -79,7 +79,10 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 // breakerScript is the breaker's state machine, the same rules as
 // engine.Breaker's, on a hash: s state, g generation, c consecutive
 // failures, o opened at (µs on the callers' clock), p probes in flight,
-// k successful probes, e/f/u executions, failures, successes.
+// k successful probes, e/f/u executions, failures, successes; with a failure
+// rate (ARGV[12] > 0), the window's 10 buckets in slots 0–9: iN the
+// bucket's index (engine.RateBucket, ARGV[14]), nN its calls, xN its
+// failures. A transition empties the window.
 var breakerScript = redis.NewScript(`
 local h = redis.call('HMGET', KEYS[1], 's','g','c','o','p','k','e','f','u')
 local s, g, c, o = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0, tonumber(h[4]) or 0
@@ -87,6 +90,7 @@ local p, k, e, f, u = tonumber(h[5]) or 0, tonumber(h[6]) or 0, tonumber(h[7]) o
 local kind, now = ARGV[1], tonumber(ARGV[2])
 local threshold, delay, maxProbes, successes = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ttl, gen, probe, count, to = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9] == '1', tonumber(ARGV[10]), tonumber(ARGV[11])
+local rate, minimum, bucket = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
 local changed, from, granted, isProbe = 0, s, 0, 0
 local function transition(t)
   if s == t then return end
@@ -94,6 +98,32 @@ local function transition(t)
   s, g = t, g + 1
   c, p, k, e, f, u = 0, 0, 0, 0, 0, 0
   if t == 1 then o = now end
+end
+-- windowAdd counts a call (fail: 1 for a failure) in the current bucket
+-- and returns the calls and failures of the window that ends with it.
+local function windowAdd(fail)
+  local fields = {}
+  for j = 0, 9 do
+    fields[#fields + 1] = 'i' .. j
+    fields[#fields + 1] = 'n' .. j
+    fields[#fields + 1] = 'x' .. j
+  end
+  local w = redis.call('HMGET', KEYS[1], unpack(fields))
+  local sl = bucket % 10
+  local n, x = tonumber(w[3 * sl + 2]) or 0, tonumber(w[3 * sl + 3]) or 0
+  if tonumber(w[3 * sl + 1]) ~= bucket then n, x = 0, 0 end
+  n, x = n + 1, x + fail
+  w[3 * sl + 1], w[3 * sl + 2], w[3 * sl + 3] = bucket, n, x
+  redis.call('HSET', KEYS[1], 'i' .. sl, bucket, 'n' .. sl, n, 'x' .. sl, x)
+  local calls, failures = 0, 0
+  for j = 0, 9 do
+    local i = tonumber(w[3 * j + 1])
+    if i and i <= bucket and i > bucket - 10 then
+      calls = calls + (tonumber(w[3 * j + 2]) or 0)
+      failures = failures + (tonumber(w[3 * j + 3]) or 0)
+    end
+  end
+  return calls, failures
 end
 if kind == 'a' then
   if s == 1 and now >= o + delay then transition(2) end
@@ -109,7 +139,10 @@ elseif kind == 'r' or kind == 'c' then
     if probe then p = p - 1 end
     if count == 1 then
       e, f = e + 1, f + 1
-      if s == 0 then
+      if s == 0 and rate > 0 then
+        local calls, failures = windowAdd(1)
+        if calls > 0 and calls >= minimum and failures >= rate * calls then transition(1) end
+      elseif s == 0 then
         c = c + 1
         if c >= threshold then transition(1) end
       elseif s == 2 then
@@ -119,6 +152,7 @@ elseif kind == 'r' or kind == 'c' then
       e, u = e + 1, u + 1
       if s == 0 then
         c = 0
+        if rate > 0 then windowAdd(0) end
       elseif s == 2 then
         k = k + 1
         if k >= successes then transition(0) end
@@ -129,6 +163,9 @@ elseif kind == 's' then
   transition(to)
 end
 redis.call('HSET', KEYS[1], 's', s, 'g', g, 'c', c, 'o', o, 'p', p, 'k', k, 'e', e, 'f', f, 'u', u)
+if changed == 1 then
+  for j = 0, 9 do redis.call('HDEL', KEYS[1], 'i' .. j, 'n' .. j, 'x' .. j) end
+end
 redis.call('PEXPIRE', KEYS[1], ttl)
 return {s, g, o, granted, isProbe, changed, from, e, f, u}
 `)
@@ -143,13 +180,18 @@ func (s *Store) Breaker(ctx context.Context, key string, op engine.BreakerOp) (e
 	if !ok {
 		return engine.BreakerView{}, fmt.Errorf("redisstate: unknown breaker step %d", op.Kind)
 	}
+	rate := op.FailureRate
+	if !(rate > 0) {
+		rate = 0 // off, NaN included
+	}
 	probe := "0"
 	if op.Probe {
 		probe = "1"
 	}
 	res, err := s.run(ctx, breakerScript, []string{s.key(key)}, kind, op.Now.UnixMicro(),
 		op.FailureThreshold, op.Delay.Microseconds(), op.HalfOpenProbes, op.SuccessThreshold, ttlMs(op.TTL),
-		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To))
+		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
+		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, engine.RateBucket(op.Now, op.Window))
 	if err != nil {
 		return engine.BreakerView{}, err
 	}

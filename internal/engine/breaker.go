@@ -13,7 +13,13 @@ import (
 // BreakerLimits are a circuit breaker's settings, with defaults filled in.
 type BreakerLimits struct {
 	Name             string
-	FailureThreshold int           // consecutive failures that open it
+	FailureThreshold int // consecutive failures that open it, without FailureRate
+	// FailureRate, if above 0, opens it instead when at least this share of
+	// the calls in the last Window failed, once the window holds
+	// MinimumCalls: see [RateBucket] for how the window is cut.
+	FailureRate      float64
+	MinimumCalls     int
+	Window           time.Duration
 	Delay            time.Duration // the cool-down before a half-open probe
 	HalfOpenProbes   int           // calls let through at once while half open
 	SuccessThreshold int           // successful probes that close it
@@ -36,12 +42,13 @@ type Breaker struct {
 
 	mu          sync.Mutex
 	state       circuitbreaker.State
-	gen         uint64    // transitions so far: a permit is stale once it moves on
-	consecutive int       // consecutive failures while closed
-	openedAt    time.Time // when it last opened
-	probes      int       // probes in flight while half open
-	probeOK     int       // successful probes while half open
-	executions  uint      // counts since the last transition
+	gen         uint64     // transitions so far: a permit is stale once it moves on
+	consecutive int        // consecutive failures while closed
+	window      rateWindow // calls and failures while closed, with FailureRate
+	openedAt    time.Time  // when it last opened
+	probes      int        // probes in flight while half open
+	probeOK     int        // successful probes while half open
+	executions  uint       // counts since the last transition
 	failures    uint
 	successes   uint
 
@@ -127,6 +134,7 @@ func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
 func (b *Breaker) shared(op BreakerOp, clk clock.Clock) (BreakerView, error) {
 	op.Now = b.clock(clk).Now()
 	op.FailureThreshold, op.Delay, op.HalfOpenProbes, op.SuccessThreshold = b.lim.FailureThreshold, b.lim.Delay, b.lim.HalfOpenProbes, b.lim.SuccessThreshold
+	op.FailureRate, op.MinimumCalls, op.Window = b.lim.FailureRate, b.lim.MinimumCalls, b.lim.Window
 	op.TTL = b.lim.TTL
 	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, op)
 	b.mu.Lock()
@@ -198,8 +206,7 @@ func (b *Breaker) recordLocal(p Permit, c Count, clk clock.Clock) {
 		b.failures++
 		switch b.state {
 		case circuitbreaker.ClosedState:
-			b.consecutive++
-			if b.consecutive >= b.lim.FailureThreshold {
+			if b.closedFailure(clk) {
 				change = b.transition(circuitbreaker.OpenState, clk, change)
 			}
 		case circuitbreaker.HalfOpenState:
@@ -211,6 +218,9 @@ func (b *Breaker) recordLocal(p Permit, c Count, clk clock.Clock) {
 		switch b.state {
 		case circuitbreaker.ClosedState:
 			b.consecutive = 0
+			if b.lim.FailureRate > 0 {
+				b.window.add(RateBucket(b.clock(clk).Now(), b.lim.Window), false)
+			}
 		case circuitbreaker.HalfOpenState:
 			b.probeOK++
 			if b.probeOK >= b.lim.SuccessThreshold {
@@ -220,6 +230,20 @@ func (b *Breaker) recordLocal(p Permit, c Count, clk clock.Clock) {
 	}
 	b.mu.Unlock()
 	b.notify(change)
+}
+
+// closedFailure counts a Transient failure while closed and reports whether
+// it opens the breaker: on the failure rate over the window with
+// FailureRate, else on the consecutive count. The caller holds mu.
+func (b *Breaker) closedFailure(clk clock.Clock) bool {
+	if b.lim.FailureRate > 0 {
+		idx := RateBucket(b.clock(clk).Now(), b.lim.Window)
+		b.window.add(idx, true)
+		calls, failures := b.window.sum(idx)
+		return RateOpens(calls, failures, b.lim.FailureRate, b.lim.MinimumCalls)
+	}
+	b.consecutive++
+	return b.consecutive >= b.lim.FailureThreshold
 }
 
 type stateChange struct{ from, to circuitbreaker.State }
@@ -233,6 +257,7 @@ func (b *Breaker) transition(to circuitbreaker.State, clk clock.Clock, changes [
 	b.state = to
 	b.gen++
 	b.consecutive, b.probes, b.probeOK = 0, 0, 0
+	b.window = rateWindow{}
 	b.executions, b.failures, b.successes = 0, 0, 0
 	if to == circuitbreaker.OpenState {
 		b.openedAt = b.clock(clk).Now()

@@ -54,6 +54,14 @@ type BreakerOp struct {
 	HalfOpenProbes   int
 	SuccessThreshold int
 	TTL              time.Duration // the record expires this long after its last step
+	// FailureRate, if above 0, opens a closed breaker when at least this
+	// share of the calls recorded in the last Window failed, once the window
+	// holds MinimumCalls (FailureThreshold is then ignored). The store keeps
+	// the window's RateBuckets buckets in the record, indexed by
+	// [RateBucket] of Now, so that the calls of the whole fleet count.
+	FailureRate  float64
+	MinimumCalls int
+	Window       time.Duration
 
 	Gen   uint64               // BreakerRecord: the permit's generation
 	Probe bool                 // BreakerRecord: the permit holds a probe slot

@@ -33,6 +33,7 @@ type breakerRecord struct {
 	state       circuitbreaker.State
 	gen         uint64
 	consecutive int
+	window      rateWindow
 	openedAt    time.Time
 	probes      int
 	probeOK     int
@@ -55,6 +56,7 @@ func (r *breakerRecord) apply(op BreakerOp) BreakerView {
 		r.state = to
 		r.gen++
 		r.consecutive, r.probes, r.probeOK = 0, 0, 0
+		r.window = rateWindow{}
 		r.executions, r.failures, r.successes = 0, 0, 0
 		if to == circuitbreaker.OpenState {
 			r.openedAt = op.Now
@@ -91,6 +93,14 @@ func (r *breakerRecord) apply(op BreakerOp) BreakerView {
 			r.failures++
 			switch r.state {
 			case circuitbreaker.ClosedState:
+				if op.FailureRate > 0 {
+					idx := RateBucket(op.Now, op.Window)
+					r.window.add(idx, true)
+					if calls, failures := r.window.sum(idx); RateOpens(calls, failures, op.FailureRate, op.MinimumCalls) {
+						transition(circuitbreaker.OpenState)
+					}
+					break
+				}
 				r.consecutive++
 				if r.consecutive >= op.FailureThreshold {
 					transition(circuitbreaker.OpenState)
@@ -104,6 +114,9 @@ func (r *breakerRecord) apply(op BreakerOp) BreakerView {
 			switch r.state {
 			case circuitbreaker.ClosedState:
 				r.consecutive = 0
+				if op.FailureRate > 0 {
+					r.window.add(RateBucket(op.Now, op.Window), false)
+				}
 			case circuitbreaker.HalfOpenState:
 				r.probeOK++
 				if r.probeOK >= op.SuccessThreshold {

@@ -246,6 +246,11 @@ type page struct {
 	Spread stormSpread
 	Fleet  bench.StormConfig // FleetStorm's settings
 	Fleets []stormTable
+	// The same fleets with their pauses jittered (FleetStormSpread), and
+	// the range of the pauses' factor, as the prose states it.
+	FleetSpread      bench.StormConfig
+	FleetsSpread     []stormTable
+	ThinkLo, ThinkHi string
 
 	Amp    []bench.AmpRow
 	Hidden *bench.AmpRow // the first setup whose provider got more requests than its trace saw calls
@@ -394,19 +399,29 @@ func run(c config, now time.Time) error {
 	for _, n := range stormClients {
 		storms[n] = map[bench.Strategy]bench.StormResult{}
 		for _, s := range bench.Strategies {
-			storms[n][s] = bench.Simulate(bench.DefaultStorm(n, s))
+			storms[n][s] = simulate(bench.DefaultStorm(n, s))
 		}
 	}
 	fleets := map[int]map[bench.Strategy]bench.StormResult{}
 	for _, n := range fleetClients {
 		fleets[n] = map[bench.Strategy]bench.StormResult{}
 		for _, s := range bench.FleetStrategies {
-			fleets[n][s] = bench.Simulate(bench.FleetStorm(n, s))
+			fleets[n][s] = simulate(bench.FleetStorm(n, s))
 		}
 	}
 	p := build(c, now, br, string(stat), storms, bench.Amplification())
 	p.Fleet = bench.FleetStorm(fleetClients[0], bench.SharedFleet)
 	p.Fleets = tables(fleetClients, bench.FleetStrategies, fleets, bench.FleetStorm)
+	spread := map[int]map[bench.Strategy]bench.StormResult{}
+	for _, n := range fleetClients {
+		spread[n] = map[bench.Strategy]bench.StormResult{}
+		for _, s := range bench.FleetStrategies {
+			spread[n][s] = simulate(bench.FleetStormSpread(n, s))
+		}
+	}
+	p.FleetSpread = bench.FleetStormSpread(fleetClients[0], bench.SharedRateFleet)
+	p.FleetsSpread = tables(fleetClients, bench.FleetStrategies, spread, bench.FleetStormSpread)
+	p.ThinkLo, p.ThinkHi = thinkFactor(p.FleetSpread)
 
 	tmpl, err := template.New("page").Funcs(template.FuncMap{"seconds": seconds}).Parse(pageTemplate)
 	if err != nil {
@@ -428,6 +443,15 @@ func run(c config, now time.Time) error {
 	}
 	return writeCSV(c.fleetCSV, fleetClients, bench.FleetStrategies, fleets)
 }
+
+// thinkFactor is the range of a storm's pause factor, as the page prints it.
+func thinkFactor(cfg bench.StormConfig) (lo, hi string) {
+	return strconv.FormatFloat(1-cfg.ThinkJitter, 'f', -1, 64), strconv.FormatFloat(1+cfg.ThinkJitter, 'f', -1, 64)
+}
+
+// simulate runs a storm. A storm is deterministic for its config, so the
+// tests, which generate the page many times, replace it with a memo.
+var simulate = bench.Simulate
 
 // tables are the storm tables of the given sizes and strategies.
 func tables(sizes []int, strategies []bench.Strategy, storms map[int]map[bench.Strategy]bench.StormResult, cfg func(int, bench.Strategy) bench.StormConfig) []stormTable {

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,22 @@ import (
 	"github.com/retrace-go/retrace/policies"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Every page generated here simulates the same storms: simulate each once.
+	var mu sync.Mutex
+	memo := map[bench.StormConfig]bench.StormResult{}
+	simulate = func(cfg bench.StormConfig) bench.StormResult {
+		mu.Lock()
+		defer mu.Unlock()
+		r, ok := memo[cfg]
+		if !ok {
+			r = bench.Simulate(cfg)
+			memo[cfg] = r
+		}
+		return r
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // generatedAt is when the tests' pages are generated: a date found nowhere
 // else, so that the page can only have it from the generator's clock.
@@ -291,7 +307,7 @@ func TestPageFiguresComeFromTheRun(t *testing.T) {
 		cfg := bench.DefaultStorm(n, bench.NoJitter)
 		add(n, cfg.Capacity, cfg.CallsPerClient, cfg.Outage.Seconds(), cfg.Seed)
 		for _, s := range bench.Strategies {
-			r := bench.Simulate(bench.DefaultStorm(n, s))
+			r := simulate(bench.DefaultStorm(n, s))
 			add(r.Peak, r.DownstreamCalls, fmt.Sprintf("%.2f", r.CallsPerLogical()), r.Succeeded, r.LogicalCalls, fmt.Sprintf("%.1f", r.Finish.Seconds()))
 			if n == 100 {
 				peaks[s] = r.Peak
@@ -302,10 +318,21 @@ func TestPageFiguresComeFromTheRun(t *testing.T) {
 		cfg := bench.FleetStorm(n, bench.SharedFleet)
 		add(n, cfg.Capacity, cfg.CallsPerClient, cfg.Outage.Seconds(), cfg.Think.Seconds(), cfg.Seed)
 		for _, s := range bench.FleetStrategies {
-			r := bench.Simulate(bench.FleetStorm(n, s))
+			r := simulate(bench.FleetStorm(n, s))
 			add(r.Peak, r.DownstreamCalls, fmt.Sprintf("%.2f", r.CallsPerLogical()), r.Succeeded, r.LogicalCalls, fmt.Sprintf("%.1f", r.Finish.Seconds()))
 		}
 	}
+	spread := bench.FleetStormSpread(1000, bench.SharedRateFleet)
+	add(spread.Seed, spread.Think.Seconds())
+	add(thinkFactor(spread))
+	for _, n := range []int{1000, 100} {
+		for _, s := range bench.FleetStrategies {
+			r := simulate(bench.FleetStormSpread(n, s))
+			add(r.Peak, r.DownstreamCalls, fmt.Sprintf("%.2f", r.CallsPerLogical()), r.Succeeded, r.LogicalCalls, fmt.Sprintf("%.1f", r.Finish.Seconds()))
+		}
+	}
+	rate := bench.RateBreaker(policies.BreakerConfig{}) // the rate strategy's settings, in its name
+	add(rate.FailureRate*100, rate.MinimumCalls, rate.Window.Seconds())
 	add(fmt.Sprintf("%.0f", 100*(1-float64(peaks[bench.Jitter])/float64(peaks[bench.NoJitter]))), 50) // the cut, and its target
 	add(bench.Window.Milliseconds())
 	tr := policies.ToolRetry
@@ -488,9 +515,42 @@ func TestStormCSV(t *testing.T) {
 	want := 1
 	for _, n := range []int{100, 5} {
 		for _, s := range bench.Strategies {
-			want += len(bench.Simulate(bench.DefaultStorm(n, s)).Series)
+			want += len(simulate(bench.DefaultStorm(n, s)).Series)
 		}
 	}
 	assert.Len(t, lines, want)
-	assert.Equal(t, "100,no jitter,0,"+strconv.Itoa(bench.Simulate(bench.DefaultStorm(100, bench.NoJitter)).Series[0]), lines[1])
+	assert.Equal(t, "100,no jitter,0,"+strconv.Itoa(simulate(bench.DefaultStorm(100, bench.NoJitter)).Series[0]), lines[1])
+}
+
+// The fleet's table and its CSV hold every fleet strategy, at every size,
+// with the figures the simulation gives.
+func TestFleetTableAndCSVHoldEveryStrategy(t *testing.T) {
+	dir := t.TempDir()
+	c := config{
+		bench: filepath.Join("testdata", "bench.txt"), benchstat: filepath.Join("testdata", "benchstat.txt"),
+		out: filepath.Join(dir, "RESULTS.md"), csv: filepath.Join(dir, "storm.csv"), fleetCSV: filepath.Join(dir, "storm-fleet.csv"),
+	}
+	require.NoError(t, run(c, generatedAt))
+	page, err := os.ReadFile(c.out)
+	require.NoError(t, err)
+	fleet := section(string(page), "## A fleet's storm")
+	require.NotEmpty(t, fleet)
+	csvText, err := os.ReadFile(c.fleetCSV)
+	require.NoError(t, err)
+	require.Len(t, bench.FleetStrategies, 3)
+	for _, n := range fleetClients {
+		for _, s := range bench.FleetStrategies {
+			r := simulate(bench.FleetStorm(n, s))
+			assert.Contains(t, fleet, fmt.Sprintf("| %s | %d | %d | %.2f | %d / %d |", s, r.Peak, r.DownstreamCalls, r.CallsPerLogical(), r.Succeeded, r.LogicalCalls))
+			rows := 0
+			for _, line := range strings.Split(string(csvText), "\n") {
+				if strings.HasPrefix(line, strconv.Itoa(n)+","+string(s)+",") || strings.HasPrefix(line, strconv.Itoa(n)+",\""+string(s)+"\",") {
+					rows++
+				}
+			}
+			assert.Equal(t, len(r.Series), rows, "%d workers, %s: one CSV row per window", n, s)
+			q := simulate(bench.FleetStormSpread(n, s))
+			assert.Contains(t, fleet, fmt.Sprintf("| %s | %d | %d | %.2f | %d / %d |", s, q.Peak, q.DownstreamCalls, q.CallsPerLogical(), q.Succeeded, q.LogicalCalls), "pauses jittered")
+		}
+	}
 }

@@ -26,6 +26,15 @@ func Run(t *testing.T, newState func(t *testing.T) engine.State) {
 	t.Run("breaker record current and set", func(t *testing.T) {
 		currentAndSet(t, newState(t))
 	})
+	t.Run("breaker opens on the failure rate once the window holds the minimum", func(t *testing.T) {
+		rateMinimum(t, newState(t))
+	})
+	t.Run("breaker rate: old calls leave the window", func(t *testing.T) {
+		rateWindowSlides(t, newState(t))
+	})
+	t.Run("breaker rate: a success-heavy window stays closed", func(t *testing.T) {
+		rateSuccessHeavy(t, newState(t))
+	})
 	t.Run("draw stops at the limit", func(t *testing.T) {
 		draws(t, newState(t))
 	})
@@ -211,4 +220,99 @@ func separateKeys(t *testing.T, s engine.State) {
 	v, err := s.Draw(context.Background(), "task:other", 1, time.Hour)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, v.Used)
+}
+
+// rateOp is op in failure-rate mode: half of at least 4 calls over 10 s,
+// with a FailureThreshold of 2 that the rate overrides.
+func rateOp(kind engine.BreakerOpKind, now time.Time) engine.BreakerOp {
+	o := op(kind, now)
+	o.FailureThreshold, o.FailureRate, o.MinimumCalls, o.Window = 2, 0.5, 4, 10*time.Second
+	return o
+}
+
+// rateCall makes one call through the shared breaker at now, ending with c.
+func rateCall(t *testing.T, s engine.State, key string, now time.Time, c engine.Count) engine.BreakerView {
+	t.Helper()
+	p := step(t, s, key, rateOp(engine.BreakerAcquire, now))
+	require.True(t, p.Granted, "refused at %s", now)
+	o := rateOp(engine.BreakerRecord, now)
+	o.Gen, o.Probe, o.Count = p.Gen, p.Probe, c
+	return step(t, s, key, o)
+}
+
+func rateMinimum(t *testing.T, s engine.State) {
+	const key = "breaker:rate"
+	at := t0.Truncate(10 * time.Second)
+	// Workers' calls count toward one window: below the minimum no rate
+	// opens it, nor do consecutive failures past FailureThreshold.
+	rateCall(t, s, key, at, engine.Success)
+	for i, c := range []engine.Count{engine.Fail, engine.Fail, engine.Ignore, engine.Success} {
+		v := rateCall(t, s, key, at.Add(time.Duration(i)*time.Second), c)
+		require.Equal(t, circuitbreaker.ClosedState, v.State, "call %d", i+2)
+	}
+	// 5 calls (the ignored one is none), 3 failed: at least half.
+	v := rateCall(t, s, key, at.Add(4*time.Second), engine.Fail)
+	require.Equal(t, circuitbreaker.OpenState, v.State)
+	require.True(t, v.Changed)
+	require.Equal(t, at.Add(4*time.Second).UnixMicro(), v.OpenedAt.UnixMicro())
+
+	// Probe and close as with a count.
+	require.False(t, step(t, s, key, rateOp(engine.BreakerAcquire, at.Add(63*time.Second))).Granted)
+	probe := step(t, s, key, rateOp(engine.BreakerAcquire, at.Add(64*time.Second)))
+	require.True(t, probe.Probe)
+	o := rateOp(engine.BreakerRecord, at.Add(64*time.Second))
+	o.Gen, o.Probe, o.Count = probe.Gen, probe.Probe, engine.Fail
+	require.Equal(t, circuitbreaker.OpenState, step(t, s, key, o).State, "a failed probe reopens it")
+	probe = step(t, s, key, rateOp(engine.BreakerAcquire, at.Add(124*time.Second)))
+	require.True(t, probe.Probe)
+	o = rateOp(engine.BreakerRecord, at.Add(124*time.Second))
+	o.Gen, o.Probe, o.Count = probe.Gen, probe.Probe, engine.Success
+	require.Equal(t, circuitbreaker.ClosedState, step(t, s, key, o).State)
+
+	// Closed again, the window starts empty: the failures before the
+	// outage, still within 10 s of a bucket, do not count.
+	for i := range 3 {
+		v = rateCall(t, s, key, at.Add(124*time.Second), engine.Fail)
+		require.Equal(t, circuitbreaker.ClosedState, v.State, "failure %d after closing", i+1)
+	}
+	v = rateCall(t, s, key, at.Add(124*time.Second), engine.Fail)
+	require.Equal(t, circuitbreaker.OpenState, v.State)
+}
+
+func rateWindowSlides(t *testing.T, s engine.State) {
+	at := t0.Truncate(10 * time.Second)
+	for _, key := range []string{"breaker:gone", "breaker:kept"} {
+		for range 3 {
+			require.Equal(t, circuitbreaker.ClosedState, rateCall(t, s, key, at, engine.Fail).State)
+		}
+	}
+	// 9 s on, the first second's bucket is still in the window: 4 of 4.
+	require.Equal(t, circuitbreaker.OpenState, rateCall(t, s, "breaker:kept", at.Add(9*time.Second), engine.Fail).State)
+	// 11 s on, it has left (its bucket's slot still holds it: the window
+	// must skip it by its index): 1 failure in 4 calls.
+	later := at.Add(11 * time.Second)
+	for range 3 {
+		rateCall(t, s, "breaker:gone", later, engine.Success)
+	}
+	v := rateCall(t, s, "breaker:gone", later, engine.Fail)
+	require.Equal(t, circuitbreaker.ClosedState, v.State, "the old failures left the window")
+	require.EqualValues(t, 7, v.Executions, "the counts since the last transition still hold them")
+	// Within the new window the rate opens it again: 3 failures in 6 calls.
+	v = rateCall(t, s, "breaker:gone", later.Add(time.Second), engine.Fail)
+	require.Equal(t, circuitbreaker.ClosedState, v.State, "2 failures in 5 calls")
+	v = rateCall(t, s, "breaker:gone", later.Add(time.Second), engine.Fail)
+	require.Equal(t, circuitbreaker.OpenState, v.State)
+}
+
+func rateSuccessHeavy(t *testing.T, s engine.State) {
+	const key = "breaker:heavy"
+	at := t0.Truncate(10 * time.Second)
+	// A third of the calls fail, for a minute: below half, it stays closed
+	// however many fail in a row across buckets.
+	for i := range 60 {
+		now := at.Add(time.Duration(i) * time.Second)
+		for _, c := range []engine.Count{engine.Success, engine.Fail, engine.Success} {
+			require.Equal(t, circuitbreaker.ClosedState, rateCall(t, s, key, now, c).State, "second %d", i)
+		}
+	}
 }
