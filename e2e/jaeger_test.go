@@ -432,6 +432,10 @@ func (t *otlpTrace) leafSpans() []*span {
 		if s.str("retrace.layer") == "" || s.num("retrace.attempt") != 0 || s.str("retrace.policy") != "" {
 			continue
 		}
+		switch s.str("error.type") {
+		case "circuit_open", "bulkhead_full", "rate_limited":
+			continue // refused by a policy: it reached nothing
+		}
 		if !t.hasLayerBeneath(s) {
 			out = append(out, s)
 		}

@@ -18,13 +18,14 @@ const (
 	keyWorstCase = attribute.Key("retrace.calls.worst_case")
 	keyOutcome   = attribute.Key("retrace.outcome")
 	keyDiagnosis = attribute.Key("retrace.diagnosis")
+	keyErrorType = attribute.Key("error.type")
 )
 
 // Counts is what one trace says about itself: the leaf spans in it, and the
 // counts and ending its root span carries.
 type Counts struct {
 	TraceID   trace.TraceID
-	LeafSpans int    // layer spans beneath which no other layer started: calls that reached a downstream
+	LeafSpans int    // layer and attempt spans beneath which no other started, but those a policy refused: calls that reached a downstream
 	Calls     int64  // the root's retrace.calls
 	WorstCase int64  // the root's retrace.calls.worst_case; 0 when the root does not know it
 	Outcome   string // the root's retrace.outcome
@@ -70,7 +71,7 @@ func TraceCounts(spans []sdktrace.ReadOnlySpan) (Counts, error) {
 	}
 	c := Counts{TraceID: id}
 	for _, s := range spans {
-		if isLayer(s) && !parents[s.SpanContext().SpanID()] {
+		if isLayer(s) && !parents[s.SpanContext().SpanID()] && !refused(s) {
 			c.LeafSpans++
 		}
 	}
@@ -125,6 +126,20 @@ func (s *Server) CheckCounts(spans []sdktrace.ReadOnlySpan) error {
 		errs = append(errs, fmt.Errorf("retracetest: retrace.calls.worst_case %d is below retrace.calls %d", c.WorstCase, c.Calls))
 	}
 	return errors.Join(errs...)
+}
+
+// refused reports whether s ended refused by a policy that called nothing:
+// an open circuit, a full bulkhead, a rate limiter.
+func refused(s sdktrace.ReadOnlySpan) bool {
+	for _, kv := range s.Attributes() {
+		if kv.Key == keyErrorType {
+			switch kv.Value.AsString() {
+			case "circuit_open", "bulkhead_full", "rate_limited":
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // isLayer reports whether s is a retrace layer or attempt span, not a

@@ -3,7 +3,9 @@ package retracetest_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -12,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -90,4 +93,71 @@ func TestTraceCountsRefusesMixedOrPartialTraces(t *testing.T) {
 	assert.ErrorContains(t, err, "has no root span", "the root ends last")
 	_, err = retracetest.TraceCounts(nil)
 	assert.Error(t, err)
+}
+
+// A breaker's refusal reaches nothing and is no leaf; its half-open probe
+// reaches the server beneath the breaker's span and is one.
+func TestTraceCountsThroughABreaker(t *testing.T) {
+	srv := retracetest.New(retracetest.Always(retracetest.ServerError(503)))
+	require.NoError(t, srv.Start())
+	defer srv.Close()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+	clk := clock.NewFake(time.Unix(0, 0))
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+	layer := middleware.PoliciesWith[string, string]("model",
+		[]middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)},
+		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}),
+		policies.NewCircuitBreaker[string](policies.BreakerConfig{Name: "provider", FailureThreshold: 2, Delay: time.Second}))
+	call := layer(func(ctx context.Context, _ string) (string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/chat/completions", strings.NewReader("{}"))
+		if err != nil {
+			return "", err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return "", err
+		}
+		_ = resp.Body.Close()
+		return "", &policies.APIError{StatusCode: resp.StatusCode}
+	})
+
+	check := func(wantRequests int) {
+		t.Helper()
+		spans := rec.Ended()
+		traces := retracetest.ByTrace(spans)
+		last := traces[len(traces)-1]
+		c, err := retracetest.TraceCounts(last)
+		require.NoError(t, err)
+		assert.Equal(t, wantRequests, c.LeafSpans)
+		assert.Equal(t, int64(wantRequests), c.Calls)
+		assert.Equal(t, "rejected", c.Outcome)
+		assert.NoError(t, srv.CheckCounts(last))
+	}
+	_, err := call(context.Background(), "")
+	require.Error(t, err)
+	check(2) // two failures open the breaker, which ends the call
+
+	srv.Reset()
+	_, err = call(context.Background(), "")
+	require.Error(t, err)
+	check(0) // the open breaker refuses the first attempt: it reached nothing
+
+	srv.Reset()
+	clk.Advance(time.Second)
+	_, err = call(context.Background(), "")
+	require.Error(t, err)
+	check(1) // the probe, under the half-open breaker's span, fails and reopens it
+	var probe bool
+	for _, s := range rec.Ended() {
+		for _, kv := range s.Attributes() {
+			if kv.Key == "retrace.circuit.state" && kv.Value.AsString() == "half_open" {
+				probe = true
+			}
+		}
+	}
+	assert.True(t, probe, "the probe ran beneath a half-open breaker's span")
 }

@@ -24,19 +24,10 @@ import (
 // up in some scenario's spans, events or metrics, so that a key the code no
 // longer writes is deleted from telemetry rather than documented forever.
 var notEmittedByTheDemo = map[string]string{
-	// A policy span starts only when a policy acts: a breaker that refuses
-	// a call or probes half-open, a bulkhead that waits or rejects, a
-	// timeout that fires. The incident's breaker opens on the failure that
-	// ends its call (rejected without a refused permit), and no scenario
-	// runs into a bulkhead or a timeout; package middleware's tests write it.
-	"retrace.policy": "policy spans: no scenario's policy acts with a span of its own",
 	// The incident's loops have no Name; runtime.Loop sets the key when one has.
 	"gen_ai.agent.name": "set on invoke_agent only for a named loop",
-	// The fleet's workers are traced by nobody in the demo (runFleet gives
-	// them no tracer provider: 2,400 calls would swamp its trees), and a
-	// shared state fails only when Redis does (contrib/redis's tests kill
-	// their server to see it).
-	"retrace.state":          "set on decisions of a breaker or budget with a shared state: only the untraced fleet makes them",
+	// A shared state fails only when Redis does (contrib/redis's tests kill
+	// their server to see it); the fleet runs on one in memory.
 	"retrace.state.error":    "on the degraded event, when a shared state fails: only Redis fails",
 	"retrace.state.degraded": "the event of a decision made on local state because the shared one failed: only Redis fails",
 }

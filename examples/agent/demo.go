@@ -251,24 +251,51 @@ func (d *demo) tree(w io.Writer, traceID string) error {
 	return setup.WriteTree(w, d.spans.trace(id))
 }
 
-// leafSpans counts the retrace spans beneath which no other retrace span
-// started: each is one call that reached the provider.
+// leafSpans counts the calls that reached a downstream: the layer and
+// attempt spans beneath which no other layer or attempt span started (a
+// policy's span between them, such as a half-open breaker's around its
+// probe, does not count as one), except those a policy refused before
+// anything was called (refused).
 func leafSpans(spans []sdktrace.ReadOnlySpan) int {
+	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	for _, s := range spans {
+		byID[s.SpanContext().SpanID()] = s
+	}
 	parents := map[trace.SpanID]bool{}
 	for _, s := range spans {
-		if isRetrace(s) && s.Parent().IsValid() {
-			parents[s.Parent().SpanID()] = true
+		if !isCall(s) {
+			continue
+		}
+		for p, ok := byID[s.Parent().SpanID()]; ok; p, ok = byID[p.Parent().SpanID()] {
+			if isCall(p) {
+				parents[p.SpanContext().SpanID()] = true
+				break
+			}
 		}
 	}
 	n := 0
 	for _, s := range spans {
-		if isRetrace(s) && !parents[s.SpanContext().SpanID()] {
-			if _, policy := lookup(s, telemetry.Policy); !policy {
-				n++
-			}
+		if isCall(s) && !parents[s.SpanContext().SpanID()] && !refused(s) {
+			n++
 		}
 	}
 	return n
+}
+
+// isCall reports whether s is a layer or an attempt span, not a policy's.
+func isCall(s sdktrace.ReadOnlySpan) bool {
+	_, policy := lookup(s, telemetry.Policy)
+	return isRetrace(s) && !policy
+}
+
+// refused reports whether s ended refused by a policy that called nothing:
+// an open circuit, a full bulkhead, a rate limiter.
+func refused(s sdktrace.ReadOnlySpan) bool {
+	switch attrOf(s, telemetry.ErrorType).AsString() {
+	case "circuit_open", "bulkhead_full", "rate_limited":
+		return true
+	}
+	return false
 }
 
 // isRetrace reports whether s is a layer or an attempt span.
@@ -318,6 +345,20 @@ func (s *store) trace(id trace.TraceID) []sdktrace.ReadOnlySpan {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]sdktrace.ReadOnlySpan(nil), s.byTrace[id]...)
+}
+
+// rootCount is the number of root spans ended so far.
+func (s *store) rootCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.roots)
+}
+
+// rootsSince returns the root spans that ended after the first n.
+func (s *store) rootsSince(n int) []sdktrace.ReadOnlySpan {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]sdktrace.ReadOnlySpan{}, s.roots[min(n, len(s.roots)):]...)
 }
 
 func (s *store) lastRoot() (sdktrace.ReadOnlySpan, bool) {

@@ -13,8 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/retrace-go/retrace/bench"
+	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // The fleet: eight workers call a provider that is down, 300 calls each, a
@@ -34,7 +38,8 @@ const (
 func (d *demo) fleet(ctx context.Context) (result, error) {
 	start := time.Now()
 	var local, shared int64
-	var span time.Duration // the shared run's length in fleet time
+	var span time.Duration             // the shared run's length in fleet time
+	var traced []sdktrace.ReadOnlySpan // the roots of the shared run's calls, when this process ran it
 	via := "memory"
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		via = "redis " + addr
@@ -43,8 +48,13 @@ func (d *demo) fleet(ctx context.Context) (result, error) {
 			return result{}, err
 		}
 	} else {
-		local, _ = runFleet(ctx, nil)
-		shared, span = runFleet(ctx, policies.NewMemoryState())
+		local, _ = runFleet(ctx, nil, nil)
+		// The shared run is traced: each worker's call is a trace of its
+		// own, and their leaf spans and retrace.calls add up to the
+		// provider's requests.
+		before := d.spans.rootCount()
+		shared, span = runFleet(ctx, policies.NewMemoryState(), []middleware.Option{middleware.WithTracerProvider(d.tp)})
+		traced = d.spans.rootsSince(before)
 	}
 	// One probe per cool-down over the run, besides the threshold and the
 	// calls in flight in the other workers when the breaker opened.
@@ -55,6 +65,14 @@ func (d *demo) fleet(ctx context.Context) (result, error) {
 			fleetWorkers, local, shared, via),
 		Details: map[string]any{"workers": fleetWorkers, "calls_per_worker": fleetCalls, "state": via,
 			"local_downstream": local, "shared_downstream": shared},
+	}
+	for _, root := range traced {
+		res.Calls += attrOf(root, telemetry.Calls).AsInt64()
+		res.LeafSpans += leafSpans(d.spans.trace(root.SpanContext().TraceID()))
+	}
+	if traced != nil {
+		res.WorstCase = int64(fleetWorkers * fleetCalls * policies.ToolRetry.MaxAttempts)
+		res.Problems = append(res.Problems, checkCounts(res)...)
 	}
 	if shared > bound {
 		res.Problems = append(res.Problems, fmt.Sprintf("the shared breaker let %d requests through, more than %d", shared, bound))
@@ -68,7 +86,7 @@ func (d *demo) fleet(ctx context.Context) (result, error) {
 // runFleet runs the workers as goroutines on st (nil → a breaker each) and
 // returns the requests the provider received and how long the run took in
 // fleet time.
-func runFleet(ctx context.Context, st policies.State) (int64, time.Duration) {
+func runFleet(ctx context.Context, st policies.State, opts []middleware.Option) (int64, time.Duration) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		n.Add(1)
@@ -84,7 +102,7 @@ func runFleet(ctx context.Context, st policies.State) (int64, time.Duration) {
 			if clk.Sleep(ctx, time.Duration(i)*time.Second/fleetWorkers) != nil {
 				return
 			}
-			bench.FleetWorker{Name: "provider", Calls: fleetCalls, Every: time.Second, State: st, Clock: clk,
+			bench.FleetWorker{Name: "provider", Calls: fleetCalls, Every: time.Second, State: st, Clock: clk, Options: opts,
 				Call: bench.HTTPCall(srv.Client(), srv.URL)}.Run(ctx)
 		})
 	}
