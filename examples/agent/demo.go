@@ -251,58 +251,17 @@ func (d *demo) tree(w io.Writer, traceID string) error {
 	return setup.WriteTree(w, d.spans.trace(id))
 }
 
-// leafSpans counts the calls that reached a downstream: the layer and
-// attempt spans beneath which no other layer or attempt span started (a
-// policy's span between them, such as a half-open breaker's around its
-// probe, does not count as one), except those a policy refused before
-// anything was called (refused).
+// leafSpans counts the calls of one trace that reached a downstream, by
+// the rule retracetest's users check their own traces with
+// (retracetest.TraceCounts): the layer and attempt spans beneath which no
+// other started, but those a policy refused; 0 for spans that are not one
+// whole trace.
 func leafSpans(spans []sdktrace.ReadOnlySpan) int {
-	byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
-	for _, s := range spans {
-		byID[s.SpanContext().SpanID()] = s
+	c, err := retracetest.TraceCounts(spans)
+	if err != nil {
+		return 0
 	}
-	parents := map[trace.SpanID]bool{}
-	for _, s := range spans {
-		if !isCall(s) {
-			continue
-		}
-		for p, ok := byID[s.Parent().SpanID()]; ok; p, ok = byID[p.Parent().SpanID()] {
-			if isCall(p) {
-				parents[p.SpanContext().SpanID()] = true
-				break
-			}
-		}
-	}
-	n := 0
-	for _, s := range spans {
-		if isCall(s) && !parents[s.SpanContext().SpanID()] && !refused(s) {
-			n++
-		}
-	}
-	return n
-}
-
-// isCall reports whether s is a layer or an attempt span, not a policy's.
-func isCall(s sdktrace.ReadOnlySpan) bool {
-	_, policy := lookup(s, telemetry.Policy)
-	return isRetrace(s) && !policy
-}
-
-// refused reports whether s ended refused by a policy that called nothing:
-// an open circuit, a full bulkhead, a rate limiter.
-func refused(s sdktrace.ReadOnlySpan) bool {
-	switch attrOf(s, telemetry.ErrorType).AsString() {
-	case "circuit_open", "bulkhead_full", "rate_limited":
-		return true
-	}
-	return false
-}
-
-// isRetrace reports whether s is a layer or an attempt span.
-func isRetrace(s sdktrace.ReadOnlySpan) bool {
-	_, layer := lookup(s, telemetry.Layer)
-	_, attempt := lookup(s, telemetry.Attempt)
-	return layer || attempt
+	return c.LeafSpans
 }
 
 func lookup(s sdktrace.ReadOnlySpan, k attribute.Key) (attribute.Value, bool) {
