@@ -1,23 +1,17 @@
 package middleware
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -168,7 +162,7 @@ func (t *transport) attempt(ctx context.Context, req *http.Request) (*http.Respo
 		return resp, nil
 	}
 	x.resp = resp
-	return nil, &httpFailure{resp: resp, err: APIErrorFrom(resp)}
+	return nil, &httpFailure{resp: resp, err: policies.APIErrorFrom(resp)}
 }
 
 // unrewindable is the error of a request that cannot be sent again: its
@@ -252,54 +246,8 @@ func serverPort(u *url.URL) int {
 	return 0
 }
 
-// APIErrorFrom reads an error answer: its status, Retry-After, and an
-// OpenAI- or Anthropic-style body ({"error": {"type", "code", "message"}},
-// or {"error": "message"}). It reads at most 64 KiB of the body and puts
-// what it read back, so the response can still be read in full. The message
-// is cut to at most 1 KiB, at a character boundary, the cut marked with "…":
-// it is the provider's text, of any length, and it goes into errors, spans
-// and the history sent with later requests.
-func APIErrorFrom(resp *http.Response) *policies.APIError {
-	e := &policies.APIError{StatusCode: resp.StatusCode, RetryAfter: engine.ParseRetryAfter(resp.Header, time.Now())}
-	if resp.Body == nil {
-		return e
-	}
-	head, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	resp.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
-	if err != nil {
-		return e
-	}
-	var body struct {
-		Error json.RawMessage `json:"error"`
-		Type  string          `json:"type"`
-	}
-	if json.Unmarshal(head, &body) != nil || len(body.Error) == 0 {
-		return e
-	}
-	var detail struct {
-		Type    string `json:"type"`
-		Code    any    `json:"code"`
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(body.Error, &detail) != nil {
-		// {"error": "text"}
-		var text string
-		if json.Unmarshal(body.Error, &text) == nil {
-			e.Message = engine.Truncate(text, maxMessage)
-		}
-		return e
-	}
-	e.Message = engine.Truncate(detail.Message, maxMessage)
-	if code, ok := detail.Code.(string); ok && code != "" {
-		e.Code = code
-	} else {
-		e.Code = strings.TrimSpace(detail.Type)
-	}
-	return e
-}
-
-// maxMessage is the longest message APIErrorFrom keeps, in bytes.
-const maxMessage = 1 << 10
+// APIErrorFrom reads an error answer. It is [policies.APIErrorFrom], the
+// one decoder of provider answers, where it is now.
+//
+// Deprecated: use policies.APIErrorFrom.
+func APIErrorFrom(resp *http.Response) *policies.APIError { return policies.APIErrorFrom(resp) }

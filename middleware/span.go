@@ -61,8 +61,7 @@ func statusMessage(ctx context.Context, err error) string {
 		e = fe.Err
 	}
 	var s string
-	var api *policies.APIError
-	if errors.As(e, &api) && strings.TrimSpace(api.Message) != "" {
+	if api, ok := policies.AsAPIError(e); ok && strings.TrimSpace(api.Message) != "" {
 		s = api.Message
 	} else if s = engine.ErrorText(e); strings.TrimSpace(s) == "" {
 		s = "error without a message"

@@ -61,6 +61,7 @@ type APIError struct {
 	Code       string        // the provider's error code or type, e.g. "insufficient_quota", "overloaded_error"
 	Message    string        // the provider's message
 	RetryAfter time.Duration // from Retry-After or retry-after-ms, 0 if none
+	event      bool          // decoded from a stream's error event ([ErrorEventFrom])
 }
 
 func (e *APIError) Error() string {

@@ -175,19 +175,19 @@ func classify(err error) Classification {
 		return Classification{Class: Programming, Type: "errors.ErrUnsupported", Reason: "unsupported"}
 	}
 
-	api, hasAPI := err.(*APIError)
-	if !hasAPI {
-		hasAPI = errors.As(err, &api)
-	}
-	// The text the words are read in: an API error's own message when it is
-	// the error itself (no layer's words around it), else the whole text.
+	api, decoded := providerAnswer(err)
+	hasAPI := api != nil
+	// The text the words are read in: an API error's own code and message
+	// when it is the error itself (no layer's words around it), else the
+	// whole text, and the provider's words besides when an SDK's error
+	// stands for them (its own text says little: "429 Too Many Requests").
 	var msg string
 	if e, direct := err.(*APIError); direct {
 		msg = e.Code + ": " + e.Message
-	} else {
-		msg = engine.ErrorText(err)
+	} else if msg = engine.ErrorText(err); decoded {
+		msg += " " + api.Code + ": " + api.Message
 	}
-	typ := errorType(err)
+	typ := errorTypeOf(err, api)
 	with := func(class Class, reason string) Classification {
 		c := Classification{Class: class, Type: typ, Reason: reason}
 		if hasAPI {
@@ -254,6 +254,13 @@ func classify(err error) Classification {
 	}
 	if hasAPI && api.Code == "not_found_error" || hasAPI && api.Code == "invalid_request_error" {
 		return with(Permanent, apiReason(api))
+	}
+	if hasAPI && api.event {
+		// A provider that failed in the middle of its answer, with a code no
+		// rule knows, may answer the next time.
+		c := with(Transient, "error event")
+		c.Type = "stream_error"
+		return c
 	}
 	return with(Unknown, "unknown")
 }
@@ -359,8 +366,14 @@ func transientNetwork(err error) (string, bool) {
 // used: it changes with the code, and the layers of one failure would
 // disagree on it.
 func errorType(err error) string {
-	var api *APIError
-	if errors.As(err, &api) {
+	api, _ := AsAPIError(err)
+	return errorTypeOf(err, api)
+}
+
+// errorTypeOf is errorType with err's provider answer, if it has one,
+// already found.
+func errorTypeOf(err error, api *APIError) string {
+	if api != nil {
 		if code := safeCode(api.Code); code != "" {
 			return code
 		}

@@ -56,7 +56,10 @@ func TestSurfaceIsSmall(t *testing.T) {
 		}
 	}
 	t.Logf("%d top-level exported names", len(names))
-	assert.LessOrEqual(t, len(names), 59) // 52, and the fleet's State, MemoryState, NewMemoryState, WithSharedTaskBudget, RetryBudget{,Config}, NewRetryBudget
+	// 52, the fleet's State, MemoryState, NewMemoryState, WithSharedTaskBudget,
+	// RetryBudget{,Config}, NewRetryBudget, and the decoder of provider
+	// answers: APIErrorFrom, ErrorEventFrom, AsAPIError.
+	assert.LessOrEqual(t, len(names), 62)
 	for _, banned := range []string{"Do", "Attempter", "Gate", "Decision", "Report", "Retrier", "NewRetrier",
 		"Diagnose", "Describe", "TransientPattern", "ClassifyContext"} {
 		assert.NotContains(t, names, banned)

@@ -12,7 +12,6 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
-	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -201,7 +200,7 @@ func (p *Anthropic) streamError(ctx context.Context, err error, resp *http.Respo
 		// the SDK read, which it puts back) by the function the HTTP layer
 		// decodes it with: an *policies.APIError with the status, Anthropic's
 		// error type as its code, and the retry-after header.
-		return middleware.APIErrorFrom(resp)
+		return policies.APIErrorFrom(resp)
 	}
 	if e := ownStreamError(err); e != nil {
 		return e // a limit passed, or an "event: error" read by the limits beneath the SDK

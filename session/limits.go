@@ -2,16 +2,12 @@ package session
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/retrace-go/retrace/internal/engine"
-	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -296,40 +292,12 @@ func (r *eventReader) endLine() error {
 	return nil
 }
 
-// eventError is the error an error event reports. Its data carries the
-// error object of an error answer's body, so it is decoded by the function
-// that decodes those bodies: it is classified exactly as its HTTP twin, by
-// its code or type (insufficient_quota is Fatal, server_error Transient,
-// context_length_exceeded a context overflow). Data without an "error"
-// member is read for a code, type and message of its own, or taken as the
-// message when it is not JSON. An error event that no rule knows is
+// eventError is the error an error event reports, decoded by the one
+// decoder of provider answers (policies.ErrorEventFrom), so that it is
+// classified exactly as its HTTP twin, by its code or type
+// (insufficient_quota is Fatal, server_error Transient,
+// context_length_exceeded a context overflow), and as the same event read by
+// a user's own SDK client is. An error event that no rule knows is
 // Transient: the provider took the request and failed on its side midway,
 // as a dropped stream does.
-func eventError(data []byte) error {
-	e := middleware.APIErrorFrom(&http.Response{Header: http.Header{}, Body: io.NopCloser(bytes.NewReader(data))})
-	if e.Code == "" && e.Message == "" {
-		var own struct {
-			Code    any    `json:"code"`
-			Type    string `json:"type"`
-			Message string `json:"message"`
-		}
-		if json.Unmarshal(data, &own) == nil {
-			e.Message = engine.Truncate(own.Message, maxEventMessage)
-			if code, ok := own.Code.(string); ok && code != "" {
-				e.Code = code
-			} else if own.Type != "error" { // "error" names the envelope, not the error
-				e.Code = strings.TrimSpace(own.Type)
-			}
-		} else {
-			e.Message = engine.Truncate(strings.TrimSpace(string(data)), maxEventMessage)
-		}
-	}
-	if policies.Classify(e).Class == policies.Unknown {
-		return &policies.Error{Class: policies.Transient, Type: "stream_error", Err: e}
-	}
-	return e
-}
-
-// maxEventMessage bounds the message of an error event decoded here, as
-// middleware.APIErrorFrom bounds the message of an error body.
-const maxEventMessage = 1 << 10
+func eventError(data []byte) error { return policies.ErrorEventFrom(data) }

@@ -16,7 +16,6 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 
-	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -163,7 +162,7 @@ func (p *OpenAI) streamError(ctx context.Context, err error, resp *http.Response
 		// decodes it with, not by the SDK, which fails on an "error" that is
 		// a string: so the answer is an *policies.APIError classified by its
 		// status, its code and its type, as it is in the HTTP layer's spans.
-		return middleware.APIErrorFrom(resp)
+		return policies.APIErrorFrom(resp)
 	}
 	if e := ownStreamError(err); e != nil {
 		return e // a limit passed, or an error event (named "error", or one no rule knows)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/retrace-go/retrace/clock"
-	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/runtime"
@@ -80,7 +79,7 @@ func (d *docsServer) search(ctx context.Context, a searchArgs) (json.RawMessage,
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return nil, middleware.APIErrorFrom(resp)
+		return nil, policies.APIErrorFrom(resp)
 	}
 	var out json.RawMessage
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {

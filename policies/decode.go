@@ -1,0 +1,298 @@
+package policies
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/retrace-go/retrace/internal/engine"
+)
+
+// This file is the one decoder of provider answers. Whoever made the call
+// (retrace's providers, a user's own openai-go or anthropic-sdk-go client,
+// eino-ext's go-openai copy, a genkit plugin), the same HTTP answer becomes
+// the same *APIError, and so the same Classification. The core imports no
+// SDK: it recognises their errors by their shape (see apiShape), which every
+// version of those SDKs has kept.
+
+// maxAPIMessage is the longest provider message an *APIError keeps, in
+// bytes (1 KiB): the provider's text, of any length, goes into errors, spans and the
+// history sent with later requests.
+const maxAPIMessage = 1 << 10
+
+// maxErrorBody is how much of an error answer's body is read.
+const maxErrorBody = 64 << 10
+
+// APIErrorFrom reads an error answer: its status, Retry-After, and an
+// OpenAI- or Anthropic-style body ({"error": {"type", "code", "message"}},
+// or {"error": "message"}). It reads at most 64 KiB of the body and puts
+// what it read back, so the response can still be read in full. The message
+// is cut to at most 1 KiB, at a character boundary, the cut
+// marked with "…".
+func APIErrorFrom(resp *http.Response) *APIError {
+	e := &APIError{StatusCode: resp.StatusCode, RetryAfter: engine.ParseRetryAfter(resp.Header, time.Now())}
+	if resp.Body == nil {
+		return e
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	if err != nil {
+		return e
+	}
+	decodeBody(e, head)
+	return e
+}
+
+// decodeBody fills e's code and message from an error body:
+// {"error": {"code", "type", "message"}} or {"error": "message"}; a code
+// that is not a string gives way to the type.
+func decodeBody(e *APIError, body []byte) {
+	var env struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &env) != nil || len(env.Error) == 0 {
+		return
+	}
+	var text string
+	if json.Unmarshal(env.Error, &text) == nil {
+		e.Message = engine.Truncate(text, maxAPIMessage)
+		return
+	}
+	decodeObject(e, env.Error)
+}
+
+// decodeObject fills e from an error object {"code", "type", "message"}.
+// It reports false when data is not one.
+func decodeObject(e *APIError, data []byte) bool {
+	var detail struct {
+		Type    string `json:"type"`
+		Code    any    `json:"code"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(data, &detail) != nil {
+		return false
+	}
+	e.Message = engine.Truncate(detail.Message, maxAPIMessage)
+	if code, ok := detail.Code.(string); ok && code != "" {
+		e.Code = code
+	} else if t := strings.TrimSpace(detail.Type); t != "error" { // "error" names an envelope, not the error
+		e.Code = t
+	}
+	return true
+}
+
+// ErrorEventFrom decodes the data of a stream's error event: OpenAI's
+// {"error": {…}}, Anthropic's {"type": "error", "error": {…}}, or an error
+// object itself. The error has no status (the answer began with 200); an
+// error event whose code no rule knows is still Transient, with error.type
+// "stream_error": a provider that fails in the middle of an answer may not
+// the next time.
+func ErrorEventFrom(data []byte) *APIError {
+	e := &APIError{event: true}
+	decodeBody(e, data)
+	if e.Code == "" && e.Message == "" && !decodeObject(e, data) {
+		e.Message = engine.Truncate(strings.TrimSpace(string(data)), maxAPIMessage)
+	}
+	return e
+}
+
+// AsAPIError returns the provider's answer that err stands for, wherever in
+// its chain it is and whoever decoded it: retrace's own *APIError, or an
+// SDK's error recognised by its shape:
+//
+//   - openai-go (v1, v3) and anthropic-sdk-go: StatusCode, Code/Type (a
+//     field, or anthropic's Type() method), Message and the *http.Response
+//     whose headers carry Retry-After;
+//   - go-openai and eino-ext's copy of it (whose APIError does not unwrap):
+//     HTTPStatusCode, Code (any), Type and Message; its RequestError's Body;
+//   - Google's genai (genkit's googlegenai plugin): Code (the HTTP status),
+//     Status and Message;
+//   - openai-go's stream error (an error event): its Event's Data.
+//
+// An error in a 2xx answer (anthropic-sdk-go's mid-stream error event) is an
+// error event, without a status. The answer's message is cut to
+// 1 KiB.
+func AsAPIError(err error) (*APIError, bool) {
+	api, _ := providerAnswer(err)
+	return api, api != nil
+}
+
+// providerAnswer is AsAPIError, and whether the answer was decoded from an
+// SDK's error rather than found as an *APIError.
+func providerAnswer(err error) (api *APIError, decoded bool) {
+	seen := 0
+	return findAPI(err, 0, &seen)
+}
+
+// maxChain bounds how many errors of one chain are looked at: a chain is a
+// few wrappers deep, and a cyclic or enormous one must not hold a layer.
+const maxChain = 64
+
+func findAPI(err error, depth int, seen *int) (*APIError, bool) {
+	for ; err != nil && depth < 16 && *seen < maxChain; depth++ {
+		*seen++
+		if e, ok := err.(*APIError); ok {
+			return e, false
+		}
+		if e := apiShape(err); e != nil {
+			return e, true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if api, decoded := findAPI(e, depth+1, seen); api != nil {
+					return api, decoded
+				}
+			}
+			return nil, false
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+var (
+	responseType = reflect.TypeFor[*http.Response]()
+	bytesType    = reflect.TypeFor[[]byte]()
+)
+
+// apiShape decodes an SDK's error by its exported fields, or returns nil
+// when err has not the shape of a provider's answer (see AsAPIError).
+func apiShape(err error) *APIError {
+	v := reflect.ValueOf(err)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return nil
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return nil
+	}
+	status, hasStatus := intField(v, "StatusCode")
+	if !hasStatus {
+		status, hasStatus = intField(v, "HTTPStatusCode")
+	}
+	e := &APIError{}
+	switch {
+	case hasStatus:
+		e.Message = engine.Truncate(stringField(v, "Message"), maxAPIMessage)
+		e.Code = codeField(v)
+		if e.Code == "" {
+			e.Code = typeOf(err, v)
+		}
+		if r := field(v, "Response", responseType); r.IsValid() && !r.IsNil() {
+			if resp := r.Interface().(*http.Response); resp.Header != nil {
+				e.RetryAfter = engine.ParseRetryAfter(resp.Header, time.Now())
+			}
+		}
+		if b := field(v, "Body", bytesType); b.IsValid() && e.Code == "" && e.Message == "" {
+			decodeBody(e, b.Bytes())
+		}
+	case isGenAI(v):
+		status, _ = intField(v, "Code")
+		e.Message = engine.Truncate(stringField(v, "Message"), maxAPIMessage)
+		e.Code = stringField(v, "Status")
+	default:
+		if ev := field(v, "Event", nil); ev.IsValid() && ev.Kind() == reflect.Struct {
+			if data := field(ev, "Data", bytesType); data.IsValid() && len(data.Bytes()) > 0 {
+				return ErrorEventFrom(data.Bytes())
+			}
+		}
+		return nil
+	}
+	if status >= 200 && status < 300 {
+		// An error inside a successful answer is a stream's error event.
+		status, e.event = 0, true
+	}
+	if status < 400 && e.Code == "" && e.Message == "" {
+		return nil // a transport failure beneath (go-openai's RequestError of a refused connection)
+	}
+	if status >= 400 && status < 600 {
+		e.StatusCode = status
+	}
+	return e
+}
+
+// field returns v's exported field name, of type t when t is not nil.
+func field(v reflect.Value, name string, t reflect.Type) reflect.Value {
+	sf, ok := v.Type().FieldByName(name)
+	if !ok || !sf.IsExported() || len(sf.Index) != 1 || t != nil && sf.Type != t {
+		return reflect.Value{}
+	}
+	return v.Field(sf.Index[0])
+}
+
+func intField(v reflect.Value, name string) (int, bool) {
+	f := field(v, name, nil)
+	switch {
+	case !f.IsValid():
+		return 0, false
+	case f.CanInt():
+		return int(f.Int()), true
+	}
+	return 0, false
+}
+
+func stringField(v reflect.Value, name string) string {
+	if f := field(v, name, nil); f.IsValid() && f.Kind() == reflect.String {
+		return f.String()
+	}
+	return ""
+}
+
+// codeField is the Code field as text: a string, or go-openai's any that
+// holds a string or a number.
+func codeField(v reflect.Value) string {
+	f := field(v, "Code", nil)
+	if !f.IsValid() {
+		return ""
+	}
+	if f.Kind() == reflect.Interface {
+		if f.IsNil() {
+			return ""
+		}
+		f = f.Elem()
+	}
+	switch {
+	case f.Kind() == reflect.String:
+		return strings.TrimSpace(f.String())
+	case f.CanInt():
+		return strconv.FormatInt(f.Int(), 10)
+	case f.CanFloat() && f.Float() == float64(int64(f.Float())):
+		return strconv.FormatInt(int64(f.Float()), 10)
+	}
+	return ""
+}
+
+// typeOf is the error's type: a Type field, else a Type() method with a
+// string result (anthropic-sdk-go's).
+func typeOf(err error, v reflect.Value) string {
+	if t := stringField(v, "Type"); t != "" {
+		return strings.TrimSpace(t)
+	}
+	m := reflect.ValueOf(err).MethodByName("Type")
+	if !m.IsValid() || m.Type().NumIn() != 0 || m.Type().NumOut() != 1 || m.Type().Out(0).Kind() != reflect.String {
+		return ""
+	}
+	return strings.TrimSpace(m.Call(nil)[0].String())
+}
+
+// isGenAI reports whether v has the shape of Google genai's APIError: an
+// int Code that is an HTTP status, beside a Status name and a Message.
+func isGenAI(v reflect.Value) bool {
+	code, ok := intField(v, "Code")
+	return ok && code >= 400 && code < 600 && field(v, "Status", nil).Kind() == reflect.String &&
+		field(v, "Message", nil).Kind() == reflect.String
+}
