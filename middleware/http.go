@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -44,8 +46,9 @@ func Transport(base http.RoundTripper, layer string, opts ...Option) http.RoundT
 		base = http.DefaultTransport
 	}
 	opts = append([]Option{optionFunc(func(c *config) { c.http = true })}, opts...)
-	t := &transport{base: base}
-	t.h = PoliciesWith[*http.Request, *http.Response](layer, opts, newConfig(opts).httpPolicies...)(t.attempt)
+	cfg := newConfig(opts)
+	t := &transport{base: base, classifier: cfg.classifier}
+	t.h = PoliciesWith[*http.Request, *http.Response](layer, opts, cfg.httpPolicies...)(t.attempt)
 	return t
 }
 
@@ -76,16 +79,18 @@ func SDK(sdk string, maxRetries int, opts ...Option) func(*http.Request, func(*h
 	opts = append([]Option{optionFunc(func(c *config) {
 		c.http, c.sdkName, c.sdkAttempts = true, sdk, max(maxRetries, 0)+1
 	})}, opts...)
-	t := &transport{}
-	t.h = PoliciesWith[*http.Request, *http.Response]("http", opts, newConfig(opts).httpPolicies...)(t.attempt)
+	cfg := newConfig(opts)
+	t := &transport{classifier: cfg.classifier}
+	t.h = PoliciesWith[*http.Request, *http.Response]("http", opts, cfg.httpPolicies...)(t.attempt)
 	return func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
 		return t.roundTrip(req, next)
 	}
 }
 
 type transport struct {
-	base http.RoundTripper
-	h    Handler[*http.Request, *http.Response]
+	base       http.RoundTripper
+	h          Handler[*http.Request, *http.Response]
+	classifier *policies.Classifier // the layer's: what it classifies as not retryable, the SDK is told not to resend
 }
 
 // httpFailure is a response that failed: the layer sees the error, the
@@ -103,6 +108,7 @@ func (e *httpFailure) Unwrap() error { return e.err }
 type exchange struct {
 	resp *http.Response
 	next func(*http.Request) (*http.Response, error)
+	end  func(error) // ends the request's span when the answer's body ends; nil when it has ended
 }
 
 type exchangeKey struct{}
@@ -112,15 +118,60 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (t *transport) roundTrip(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
-	resp, err := t.h(context.WithValue(req.Context(), exchangeKey{}, &exchange{next: next}), req)
+	ctx := req.Context()
+	if creds := credentials(req.Header); len(creds) > 0 {
+		// The request's credentials are secrets of the call, whoever
+		// configured them (a user's own SDK client): an answer that echoes
+		// the key is redacted on this span and on every layer's above it.
+		ctx = engine.WithSecrets(ctx, creds...)
+		if f := frameFrom(ctx); f != nil {
+			f.root.learn(creds)
+		}
+	}
+	x := &exchange{next: next}
+	resp, err := t.h(context.WithValue(ctx, exchangeKey{}, x), req)
 	var hf *httpFailure
 	if err != nil && errors.As(err, &hf) && hf.resp != nil {
+		if !t.classifier.Classify(err).Class.Retryable() {
+			// Stainless-built SDKs (openai-go, anthropic-sdk-go) honour
+			// x-should-retry over the status: an SDK must not resend what
+			// retrace knows no resend can fix (a spent quota, a rejected
+			// key, a context overflow).
+			hf.resp.Header.Set(shouldRetry, "false")
+		}
 		return hf.resp, nil
 	}
-	if err != nil && resp != nil {
-		_ = resp.Body.Close()
+	if err != nil {
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		return resp, err
 	}
-	return resp, err
+	wrapBody(req.Context(), resp, x.end)
+	return resp, nil
+}
+
+// shouldRetry is the response header in which a server, or a middleware
+// beneath an SDK, tells a Stainless-built SDK whether to retry.
+const shouldRetry = "X-Should-Retry"
+
+// credentials are the values of a request's credential headers: a bearer
+// or basic token in Authorization, x-api-key (Anthropic's), api-key
+// (Azure OpenAI's), x-goog-api-key (Google's).
+func credentials(h http.Header) []string {
+	var out []string
+	if v := strings.TrimSpace(h.Get("Authorization")); v != "" {
+		if _, token, ok := strings.Cut(v, " "); ok {
+			v = strings.TrimSpace(token)
+		}
+		out = append(out, v)
+	}
+	for _, k := range []string{"X-Api-Key", "Api-Key", "X-Goog-Api-Key"} {
+		if v := strings.TrimSpace(h.Get(k)); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func (t *transport) attempt(ctx context.Context, req *http.Request) (*http.Response, error) {

@@ -11,8 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -23,27 +25,51 @@ type frame struct {
 	parent      *frame
 	root        *root
 	layer       string
-	maxAttempts int           // attempts (or steps) it may make; 0: unknown (a retry policy retrace cannot read)
-	retries     bool          // it retries: it counts in retrace.retry.depth and the nested-retry event
-	perAttempt  bool          // each layer called beneath it is one of its handler's own attempts (WithInnerAttempts)
-	inner       int           // those attempts
-	innerName   string        // the retry layer that makes them, if it has a name (WithInnerRetries)
-	foreign     *foreignRetry // non-nil: a retry loop retrace does not drive (WithinRetry)
-	depth       int           // retrying layers enclosing this one
-	attempt     int           // the current attempt, from 1
-	delay       time.Duration // the backoff waited before it
-	nested      atomic.Bool   // a layer started beneath the current attempt
-	childSum    atomic.Int64  // the worst cases of the layers called in the current attempt, added up
-	childMax    atomic.Int64  // the largest such sum of the attempts before it
-	unknown     atomic.Bool   // a layer beneath has no known worst case
+	maxAttempts int                  // attempts (or steps) it may make; 0: unknown (a retry policy retrace cannot read)
+	retries     bool                 // it retries: it counts in retrace.retry.depth and the nested-retry event
+	perAttempt  bool                 // each layer called beneath it is one of its handler's own attempts (WithInnerAttempts)
+	inner       int                  // those attempts
+	innerName   string               // the retry layer that makes them, if it has a name (WithInnerRetries)
+	foreign     *foreignRetry        // non-nil: a retry loop retrace does not drive (WithinRetry)
+	depth       int                  // retrying layers enclosing this one
+	attempt     int                  // the current attempt, from 1
+	delay       time.Duration        // the backoff waited before it
+	nested      atomic.Bool          // a layer started beneath the current attempt
+	childSum    atomic.Int64         // the worst cases of the layers called in the current attempt, added up
+	childMax    atomic.Int64         // the largest such sum of the attempts before it
+	unknown     atomic.Bool          // a layer beneath has no known worst case
+	tp          trace.TracerProvider // the providers the call records on, for the layers beneath that have none
+	mp          metric.MeterProvider
 }
 
 // root is what the outermost layer call collects from all beneath it.
 type root struct {
 	calls    atomic.Int64 // leaf calls: handler invocations with no layer beneath them
+	untraced atomic.Int64 // leaf calls whose span was not recorded while the root's was
 	span     trace.Span
 	mu       sync.Mutex
 	reported []uint64 // hashes of the nested chains already announced on the root span
+	secrets  []string // credentials a layer beneath saw (an SDK request's API key)
+}
+
+// learn adds credentials a layer beneath saw to those every layer of the
+// call redacts: a provider's answer that echoes the key reaches the spans
+// of the layers above the request too.
+func (r *root) learn(values []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range values {
+		if len(v) >= engine.MinSecretLen && !slices.Contains(r.secrets, v) {
+			r.secrets = append(r.secrets, v)
+		}
+	}
+}
+
+// learned returns the credentials layers beneath saw.
+func (r *root) learned() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.secrets
 }
 
 type frameKey struct{}

@@ -99,8 +99,9 @@ type layer[Req, Resp any] struct {
 	foreignRetry  bool          // a failsafe-go retry policy retrace cannot read
 	startOpts     []trace.SpanStartOption
 	tracer        atomic.Pointer[tracerFor]
-	gates         []breakerPolicy // the breakers inside the retry loop, asked before a retry
-	meter         *instruments
+	gates         []breakerPolicy                // the breakers inside the retry loop, asked before a retry
+	meter         *instruments                   // on the layer's provider, else the global one when the layer was built
+	inherited     atomic.Pointer[instruments]    // on the provider of the enclosing layer, when it is another
 	state         *stateMeter                    // decisions made locally when a shared state failed
 	usage         func(Resp) (input, output int) // token usage of a GenAI layer's response, nil if none
 	attrs         sync.Pool                      // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
@@ -164,19 +165,54 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 // retrying reports whether the layer runs a retry loop of its own.
 func (l *layer[Req, Resp]) retrying() bool { return l.retry != nil || l.foreignRetry }
 
-// tracerNow returns the tracer of the configured provider or, without one,
-// of the global provider as it is now.
-func (l *layer[Req, Resp]) tracerNow() trace.Tracer {
-	tp := l.cfg.tp
+// providers are the tracer and meter providers a call uses: the layer's
+// own (WithTracerProvider, WithMeterProvider), else those of the enclosing
+// layer's call, else the global ones as they are now. A layer nested in
+// another without options of its own (an SDK's request middleware inside a
+// user's session layer) records where the enclosing one does, so that no
+// span is lost to a provider nobody exports.
+func (l *layer[Req, Resp]) providers(parent *frame) (trace.TracerProvider, metric.MeterProvider) {
+	tp, mp := l.cfg.tp, l.cfg.mp
+	if parent != nil {
+		if tp == nil {
+			tp = parent.tp
+		}
+		if mp == nil {
+			mp = parent.mp
+		}
+	}
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	return tp, mp
+}
+
+// tracerOf returns the tracer of tp, made once per provider.
+func (l *layer[Req, Resp]) tracerOf(tp trace.TracerProvider) trace.Tracer {
 	if t := l.tracer.Load(); t != nil && t.tp == tp {
 		return t.tracer
 	}
 	t := &tracerFor{tp: tp, tracer: tp.Tracer(scope, scopeOpts...)}
 	l.tracer.Store(t)
 	return t.tracer
+}
+
+// metersOf returns the layer's instruments on mp: those built with the
+// layer, or, for another provider (an enclosing layer's), instruments made
+// once for it.
+func (l *layer[Req, Resp]) metersOf(mp metric.MeterProvider) *instruments {
+	if mp == l.meter.mp {
+		return l.meter
+	}
+	if in := l.inherited.Load(); in != nil && in.mp == mp {
+		return in
+	}
+	in := newInstruments(mp, l.name, l.cfg)
+	l.inherited.Store(in)
+	return in
 }
 
 // step is one stage of a layer: a policy around the rest of the chain.
@@ -240,6 +276,8 @@ func (l *layer[Req, Resp]) driven(p failsafe.Policy[Resp], s step[Req, Resp]) st
 // carries everything the steps share.
 type call[Req, Resp any] struct {
 	l         *layer[Req, Resp]
+	tracer    trace.Tracer // the configured provider's, else the enclosing layer's, else the global one's
+	meter     *instruments // likewise
 	req       Req
 	inner     step[Req, Resp] // the per-attempt chain the retry loop runs
 	frame     frame
@@ -270,11 +308,13 @@ func (l *layer[Req, Resp]) clock() clock.Clock { return l.cfg.clock }
 
 func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Resp]) (Resp, error) {
 	c := &call[Req, Resp]{l: l, req: req}
+	parent := frameFrom(ctx)
+	tp, mp := l.providers(parent)
+	c.tracer, c.meter = l.tracerOf(tp), l.metersOf(mp)
 	var start time.Time
-	if l.meter.genai != nil {
+	if c.meter.genai != nil {
 		start = time.Now() // wall time, as spans are: a scaled clock would stretch the call
 	}
-	parent := frameFrom(ctx)
 	resend := -1 // the request's place in an SDK's retries, -1 when not an SDK's request
 	if l.cfg.sdkAttempts > 0 {
 		resend = c.initSDKFrame(parent, req)
@@ -283,13 +323,14 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 		c.frame.perAttempt = l.cfg.inner > 1
 		c.frame.inner, c.frame.innerName = l.cfg.inner, l.cfg.innerName
 	}
+	c.frame.tp, c.frame.mp = tp, mp
 	c.fctx = frameCtx{Context: ctx, f: &c.frame}
 	if l.cfg.http && !l.retrying() {
 		// The layer call is the physical request: its span is the request's.
 		name, opts := requestSpan(req, max(resend, 0), l.cfg.attrs)
-		ctx, c.span = l.tracerNow().Start(&c.fctx, name, opts...)
+		ctx, c.span = c.tracer.Start(&c.fctx, name, opts...)
 	} else {
-		ctx, c.span = l.tracerNow().Start(&c.fctx, l.spanName, withCallAttrs(ctx, parent, l.startOpts)...)
+		ctx, c.span = c.tracer.Start(&c.fctx, l.spanName, withCallAttrs(ctx, parent, l.startOpts)...)
 	}
 	c.recording = c.span.IsRecording()
 	if c.recording {
@@ -309,14 +350,14 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 		rep := *c.report
 		outcome, attempts, cls = policies.Outcome(rep.Outcome), rep.Attempts, c.lastCls
 		if rep.Err != nil || rep.Cause != nil {
-			err = l.judge.Fail(ctx, l.name, rep, cls)
+			err = l.judge.Fail(c.secretCtx(ctx), l.name, rep, cls)
 			cls = policies.Classify(err) // the failure's own: canceled when the caller ended it
 		}
 	case err != nil:
 		cls = c.classify(ctx, err)
 		outcome = l.outcome(ctx, c, err, cls)
 		if l.retrying() || c.budgetOut {
-			err = l.judge.Fail(ctx, l.name, engine.Report{Attempts: c.attempts, Outcome: string(outcome), Err: err,
+			err = l.judge.Fail(c.secretCtx(ctx), l.name, engine.Report{Attempts: c.attempts, Outcome: string(outcome), Err: err,
 				Failure: c.lastFail, Cause: causeIf(ctx, outcome)}, cls)
 			cls = policies.Classify(err)
 		}
@@ -328,15 +369,23 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 		// request reported.
 		c.frame.reportWorst()
 	}
-	if c.recording {
-		if l.cfg.endAttrs != nil {
-			c.span.SetAttributes(l.cfg.endAttrs(resp, err)...)
+	if c.recording && l.cfg.endAttrs != nil {
+		c.span.SetAttributes(l.cfg.endAttrs(resp, err)...)
+	}
+	if err == nil && l.cfg.http && !l.retrying() {
+		if x, ok := ctx.Value(exchangeKey{}).(*exchange); ok {
+			// The span is the physical request's: it ends with the answer's
+			// body, read to its end or closed, and says how the body ended.
+			x.end = func(bodyErr error) { c.endBody(ctx, bodyErr, attempts) }
+			return resp, nil
 		}
+	}
+	if c.recording {
 		l.endSpan(c, outcome, attempts, cls, err)
 	}
 	c.span.End()
-	l.meter.record(ctx, outcome, attempts, l.retrying())
-	if g := l.meter.genai; g != nil {
+	c.meter.record(ctx, outcome, attempts, l.retrying())
+	if g := c.meter.genai; g != nil {
 		var in, out int
 		if err == nil && l.usage != nil {
 			in, out = l.usage(resp)
@@ -364,6 +413,23 @@ func (l *layer[Req, Resp]) outcome(ctx context.Context, c *call[Req, Resp], err 
 		return policies.OutcomeFailedExhausted // failsafe-go's retry policy retries every error
 	}
 	return policies.Outcome(engine.StopOutcome(string(cls.Class)))
+}
+
+// endBody ends a request's span when its answer's body has ended: with
+// success, or with the failure the body ended with (a stream dropped, the
+// caller's end, an error event the provider sent).
+func (c *call[Req, Resp]) endBody(ctx context.Context, err error, attempts int) {
+	l := c.l
+	outcome, cls := policies.OutcomeSuccess, policies.Classification{}
+	if err != nil {
+		cls = c.classify(ctx, err)
+		outcome = l.outcome(ctx, c, err, cls)
+	}
+	if c.recording {
+		l.endSpan(c, outcome, attempts, cls, err)
+	}
+	c.span.End()
+	c.meter.record(ctx, outcome, attempts, false)
 }
 
 func causeIf(ctx context.Context, o policies.Outcome) error {
@@ -403,13 +469,17 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 	if c.frame.parent == nil {
 		calls := c.root.calls.Load()
 		attrs = append(attrs, telemetry.Calls.Int64(calls))
+		if n := c.root.untraced.Load(); n > 0 {
+			attrs = append(attrs, telemetry.CallsUntraced.Int64(n))
+		}
 		if w := c.frame.worst(); w > 0 {
 			attrs = append(attrs, telemetry.CallsWorstCase.Int64(max(w, calls)))
 		}
 	}
 	if err != nil {
-		attrs = appendFailure(c.fctx.Context, attrs, cls)
-		c.span.SetStatus(codes.Error, statusMessage(c.fctx.Context, err))
+		known := c.known()
+		attrs = appendFailure(known, attrs, cls)
+		c.span.SetStatus(codes.Error, statusMessage(known, err))
 	}
 	c.span.SetAttributes(attrs...)
 	*buf = attrs
@@ -464,15 +534,15 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 	c.rejected = false
 	c.frame.startAttempt(n, delay)
 	if n > 1 {
-		c.l.meter.retried(c.fctx.Context, delay)
+		c.meter.retried(c.fctx.Context, delay)
 	}
 	if c.recording && c.l.retry.MaxAttempts > 1 {
 		if c.l.cfg.http {
 			// Each attempt is a physical request, resent n-1 times.
 			name, opts := requestSpan(c.req, n-1, nil)
-			ctx, c.aspan = c.l.tracerNow().Start(ctx, name, opts...)
+			ctx, c.aspan = c.tracer.Start(ctx, name, opts...)
 		} else {
-			ctx, c.aspan = c.l.tracerNow().Start(ctx, c.l.attemptName)
+			ctx, c.aspan = c.tracer.Start(ctx, c.l.attemptName)
 		}
 	}
 	return c.inner(ctx, c, c.req)
@@ -509,7 +579,7 @@ func (c *call[Req, Resp]) Refusal() error {
 func (c *call[Req, Resp]) Done(n int, err error, d engine.Decision) {
 	c.noteState(c.fctx.Context, c.current(), d.State)
 	if d.Outcome == string(policies.OutcomeBudgetExhausted) {
-		c.l.meter.refused(c.fctx.Context)
+		c.meter.refused(c.fctx.Context)
 	}
 	var cls policies.Classification
 	if err != nil {
@@ -540,8 +610,9 @@ func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration
 		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
 	}
 	if err != nil {
-		attrs = appendFailure(c.fctx.Context, attrs, cls)
-		span.SetStatus(codes.Error, statusMessage(c.fctx.Context, err))
+		known := c.known()
+		attrs = appendFailure(known, attrs, cls)
+		span.SetStatus(codes.Error, statusMessage(known, err))
 	}
 	span.SetAttributes(attrs...)
 	span.End()

@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -17,9 +18,9 @@ import (
 // appendFailure appends a failure's attributes: retrace.error.class,
 // error.type, retrace.error.reason and, if the server or a breaker gave
 // one, its Retry-After hint.
-func appendFailure(ctx context.Context, attrs []attribute.KeyValue, c policies.Classification) []attribute.KeyValue {
+func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classification) []attribute.KeyValue {
 	t := c.Type
-	if known := engine.SecretsFrom(ctx); len(known) > 0 {
+	if len(known) > 0 {
 		// A type or reason is worded from the error's own fields, which may
 		// echo a configured credential: then it is not written at all.
 		if engine.RedactKnown(t, known) != t {
@@ -46,9 +47,9 @@ func appendFailure(ctx context.Context, attrs []attribute.KeyValue, c policies.C
 // at the bottom of the failure (a provider's own words when it sent any),
 // without the layer, the attempt count or the status code, which the span's
 // own attributes (retrace.diagnosis, error.type, http.response.status_code)
-// carry; redacted (ctx's known secrets by exact value, secret patterns
+// carry; redacted (the call's known secrets by exact value, secret patterns
 // besides), at most 1 KiB.
-func statusMessage(ctx context.Context, err error) string {
+func statusMessage(known []string, err error) string {
 	if err == nil {
 		return ""
 	}
@@ -66,7 +67,7 @@ func statusMessage(ctx context.Context, err error) string {
 	} else if s = engine.ErrorText(e); strings.TrimSpace(s) == "" {
 		s = "error without a message"
 	}
-	return engine.Truncate(policies.Redact(s, engine.SecretsFrom(ctx)...), 1024)
+	return engine.Truncate(policies.Redact(s, known...), 1024)
 }
 
 // circuitState is the retrace.circuit.state value of a breaker state.
@@ -87,4 +88,24 @@ func outcomeOf(err error) (policies.Outcome, bool) {
 		return oe.Outcome(), true
 	}
 	return "", false
+}
+
+// known are the secrets the call redacts by exact value: its context's, and
+// the credentials a layer beneath it saw.
+func (c *call[Req, Resp]) known() []string {
+	own := engine.SecretsFrom(c.fctx.Context)
+	learned := c.frame.root.learned()
+	if len(learned) == 0 {
+		return own
+	}
+	return append(slices.Clone(own), learned...)
+}
+
+// secretCtx is ctx with the credentials layers beneath saw, for the errors
+// the layer builds.
+func (c *call[Req, Resp]) secretCtx(ctx context.Context) context.Context {
+	if learned := c.frame.root.learned(); len(learned) > 0 {
+		return engine.WithSecrets(ctx, learned...)
+	}
+	return ctx
 }

@@ -25,7 +25,15 @@ func leafStep[Req, Resp any](next Handler[Req, Resp]) step[Req, Resp] {
 		c.frame.nested.Store(false)
 		resp, err := callHandler(ctx, next, req)
 		if !c.frame.nested.Load() {
-			c.frame.root.calls.Add(1)
+			if c.recording || c.frame.root.span == nil {
+				c.frame.root.calls.Add(1)
+			} else {
+				// The trace is recorded but this call's span is not (its
+				// layer's tracer provider samples nothing): retrace.calls
+				// counts what the trace shows, and the root says how many
+				// more calls were made.
+				c.frame.root.untraced.Add(1)
+			}
 		}
 		return resp, err
 	}
@@ -48,7 +56,7 @@ func (c *call[Req, Resp]) policySpan(ctx context.Context, policy string, attrs .
 	if !c.recording {
 		return ctx, nil
 	}
-	return c.l.tracerNow().Start(ctx, policy, trace.WithAttributes(
+	return c.tracer.Start(ctx, policy, trace.WithAttributes(
 		append([]attribute.KeyValue{telemetry.Policy.String(policy), telemetry.Layer.String(c.l.name)}, attrs...)...))
 }
 
@@ -58,8 +66,9 @@ func (c *call[Req, Resp]) endPolicySpan(ctx context.Context, span trace.Span, er
 		return
 	}
 	if err != nil {
-		span.SetAttributes(appendFailure(ctx, nil, c.classify(ctx, err))...)
-		span.SetStatus(codes.Error, statusMessage(ctx, err))
+		known := c.known()
+		span.SetAttributes(appendFailure(known, nil, c.classify(ctx, err))...)
+		span.SetStatus(codes.Error, statusMessage(known, err))
 	}
 	span.End()
 }
@@ -213,7 +222,7 @@ func (l *layer[Req, Resp]) foreignStep(ps []failsafe.Policy[Resp], next step[Req
 			if n > 1 {
 				if b := engine.BudgetFrom(ctx); b != nil && !b.TryDraw() {
 					c.budgetOut = true
-					l.meter.refused(ctx)
+					c.meter.refused(ctx)
 					cancel()
 					var zero Resp
 					return zero, policies.ErrBudgetExhausted
@@ -240,11 +249,11 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 	}
 	c.frame.startAttempt(n, delay)
 	if n > 1 {
-		c.l.meter.retried(ctx, delay)
+		c.meter.retried(ctx, delay)
 	}
 	var span trace.Span
 	if c.recording {
-		ctx, span = c.l.tracerNow().Start(ctx, c.l.attemptName)
+		ctx, span = c.tracer.Start(ctx, c.l.attemptName)
 		prev := c.aspan
 		c.aspan = span
 		defer func() { c.aspan = prev }()

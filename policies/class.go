@@ -113,3 +113,20 @@ func (e *PanicError) Unwrap() error {
 	}
 	return nil
 }
+
+// StreamError is a stream that broke after it began. A stream that ends
+// without its terminator (the connection reset, or a clean end before
+// OpenAI's [DONE] or Anthropic's message_stop) has an empty Message: a
+// dropped stream, which a session retries. Its error.type is
+// "stream_dropped", the same on every span of the failure, whatever the
+// read error beneath it was.
+type StreamError struct {
+	Message string // the provider's own words, if it sent any
+	Err     error  // the cause: a read error, or io.ErrUnexpectedEOF
+}
+
+func (e *StreamError) Error() string { return e.Message }
+func (e *StreamError) Unwrap() error { return e.Err }
+
+// ErrorType is the stream error's error.type: "stream_dropped".
+func (e *StreamError) ErrorType() string { return "stream_dropped" }

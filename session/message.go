@@ -107,17 +107,10 @@ type SecretHolder interface {
 	Secrets() []string
 }
 
-// StreamError is a stream that broke after it began. A stream that ends
-// without a finish reason (the connection reset, or a clean end before
-// [DONE]) has an empty Message: a dropped stream, which the session
-// retries.
-type StreamError struct {
-	Message string // the provider's own words, if it sent any
-	Err     error  // the cause: a read error, or io.ErrUnexpectedEOF
-}
-
-func (e *StreamError) Error() string { return e.Message }
-func (e *StreamError) Unwrap() error { return e.Err }
+// StreamError is a stream that broke after it began: [policies.StreamError],
+// the one type of a dropped stream, whoever read it (a provider, or
+// middleware.SDK beneath a user's own client).
+type StreamError = policies.StreamError
 
 // TurnError is a failed turn: the assistant message it became, and why.
 type TurnError struct {

@@ -16,6 +16,7 @@ const (
 	Diagnosis      = attribute.Key("retrace.diagnosis")        // failed retrying layer span: "failed after 3 attempts: …", "failed permanently: …"
 	Calls          = attribute.Key("retrace.calls")            // outermost layer span: leaf calls made beneath it
 	CallsWorstCase = attribute.Key("retrace.calls.worst_case") // outermost layer span and nested-retry event: the most leaf calls the layers beneath could make (max attempts × the costliest attempt; a loop's MaxSteps × its costliest step), never below retrace.calls
+	CallsUntraced  = attribute.Key("retrace.calls.untraced")   // outermost layer span, when not zero: leaf calls made beneath it whose spans were not recorded (their layer's tracer provider records nothing), which retrace.calls does not count
 	Policy         = attribute.Key("retrace.policy")           // policy span and state-degraded event: circuit_breaker, bulkhead, timeout; budget on the event
 	CircuitState   = attribute.Key("retrace.circuit.state")    // breaker span (or attempt span): closed, open, half_open
 	RetryAfterMs   = attribute.Key("retrace.retry.after_ms")   // failed span: the wait the server (Retry-After) or a breaker asked for

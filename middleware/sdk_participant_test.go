@@ -1,0 +1,257 @@
+package middleware_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
+)
+
+// ownStream is a user's own streaming call through openai-go with
+// retrace's SDK middleware (sdkOpts) and the SDK's retries, inside a
+// retrying layer "session" whose options are sessionOpts: the text the
+// user's stream reader got, and the error.
+func ownStream(t *testing.T, srv *retracetest.Server, maxRetries, sessionAttempts int, sessionOpts, sdkOpts []middleware.Option) (string, error) {
+	t.Helper()
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(transport.CloseIdleConnections)
+	client := openai.NewClient(
+		option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
+		option.WithHTTPClient(&http.Client{Transport: transport}),
+		option.WithMaxRetries(maxRetries),
+		option.WithMiddleware(middleware.SDK("openai-go", maxRetries, sdkOpts...)),
+	)
+	var text string
+	session := middleware.PoliciesWith[string, string]("session", sessionOpts,
+		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts}))
+	_, err := session(func(ctx context.Context, prompt string) (string, error) {
+		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+			Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+		})
+		defer func() { _ = stream.Close() }()
+		var b strings.Builder
+		for stream.Next() {
+			for _, c := range stream.Current().Choices {
+				b.WriteString(c.Delta.Content)
+			}
+		}
+		if err := stream.Err(); err != nil {
+			return "", err
+		}
+		text = b.String()
+		return text, nil
+	})(context.Background(), "hello")
+	return text, err
+}
+
+func started(t *testing.T, script retracetest.Script) *retracetest.Server {
+	t.Helper()
+	srv := retracetest.New(script)
+	require.NoError(t, srv.Start())
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// What retrace classifies as not retryable, the SDK does not resend: a
+// spent quota is one request, not the SDK's three; a transient failure is
+// still the SDK's to retry.
+func TestSDKNotToldToResendAFatalAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fault    retracetest.Fault
+		requests int
+		outcome  policies.Outcome
+	}{
+		{"quota", retracetest.InsufficientQuota(), 1, policies.OutcomeFailedFatal},
+		{"invalid key", retracetest.InvalidAPIKey(), 1, policies.OutcomeFailedPermanent},
+		{"overflow", retracetest.ContextOverflow(), 1, policies.OutcomeFailedPermanent},
+		{"503", down503(), 3, policies.OutcomeFailedExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := started(t, retracetest.Always(tc.fault))
+			rec, tp := recorder(t)
+			_, err := ownStream(t, srv, 2, 1, []middleware.Option{tp}, nil)
+			require.Error(t, err)
+			assert.Equal(t, tc.requests, srv.Requests())
+			require.NoError(t, srv.CheckCounts(rec.Ended()))
+			c := policies.Classify(err)
+			if tc.name == "overflow" {
+				assert.Equal(t, policies.ContextOverflow, c.Class)
+			}
+			if tc.name == "quota" {
+				assert.Equal(t, policies.Fatal, c.Class, c.Reason)
+				assert.Equal(t, "insufficient_quota", c.Type)
+				var fe *policies.FailedError
+				require.ErrorAs(t, err, &fe)
+				assert.Equal(t, tc.outcome, fe.Outcome, "the user's own client under a session layer ends failed_fatal")
+			}
+		})
+	}
+}
+
+// A stream that ends without its terminator, or whose connection resets,
+// fails the user's own stream reader with a classified stream_dropped
+// error, which the session layer retries; the request's span says so too.
+func TestSDKStreamWithoutItsTerminatorIsDropped(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault retracetest.Fault
+	}{
+		{"no [DONE]", retracetest.StreamEOF(1)},
+		{"no event at all", retracetest.StreamEOF(0)},
+		{"reset", retracetest.StreamReset(1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := started(t, retracetest.FailFirst(1, tc.fault))
+			rec, tp := recorder(t)
+			text, err := ownStream(t, srv, 0, 2, []middleware.Option{tp}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, retracetest.DefaultReply, text, "the second attempt's whole answer, never the short one")
+			assert.Equal(t, 2, srv.Requests())
+			require.NoError(t, srv.CheckCounts(rec.Ended()))
+
+			posts := clientSpans(rec)
+			require.Len(t, posts, 2)
+			assert.Equal(t, "transient", str(posts[0], "retrace.error.class"))
+			assert.Equal(t, "stream_dropped", str(posts[0], "error.type"), "the request's span ends with its body")
+			assert.Empty(t, str(posts[1], "error.type"))
+			attempts := attemptSpans(rec, "session")
+			require.Len(t, attempts, 2)
+			assert.Equal(t, "stream_dropped", str(attempts[0], "error.type"))
+		})
+	}
+	t.Run("the reader's error", func(t *testing.T) {
+		srv := started(t, retracetest.Always(retracetest.StreamEOF(1)))
+		_, tp := recorder(t)
+		_, err := ownStream(t, srv, 0, 1, []middleware.Option{tp}, nil)
+		var se *policies.StreamError
+		require.ErrorAs(t, err, &se)
+		assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+		assert.Contains(t, se.Err.Error(), "without [DONE]")
+	})
+}
+
+// anthropic-sdk-go's stream reader meets the same: no message_stop, a
+// stream_dropped error, not a short answer.
+func TestSDKAnthropicStreamWithoutMessageStop(t *testing.T) {
+	srv := started(t, retracetest.Always(retracetest.StreamEOF(1)))
+	rec, tp := recorder(t)
+	client := anthropic.NewClient(aoption.WithBaseURL(srv.AnthropicURL()), aoption.WithAPIKey("sk-ant-test-000000000000"),
+		aoption.WithMaxRetries(0), aoption.WithMiddleware(middleware.SDK("anthropic-sdk-go", 0)))
+	layer := middleware.PoliciesWith[string, string]("session", []middleware.Option{tp},
+		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}))
+	_, err := layer(func(ctx context.Context, prompt string) (string, error) {
+		stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
+			Model: "claude-test", MaxTokens: 64, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))},
+		})
+		defer func() { _ = stream.Close() }()
+		for stream.Next() {
+		}
+		return "", stream.Err()
+	})(context.Background(), "hello")
+	var se *policies.StreamError
+	require.ErrorAs(t, err, &se)
+	assert.Contains(t, se.Err.Error(), "without message_stop")
+	assert.Equal(t, "stream_dropped", policies.Classify(err).Type)
+	assert.Equal(t, 2, srv.Requests(), "retried as a dropped stream")
+	require.NoError(t, srv.CheckCounts(rec.Ended()))
+}
+
+// An SDK middleware given no tracer provider records where the enclosing
+// layer does: with a provider that is not the global one, every request is
+// a span of the trace, so requests = leaf spans = retrace.calls.
+func TestSDKInheritsTheEnclosingProvider(t *testing.T) {
+	srv := started(t, retracetest.FailFirst(1, down503()))
+	rec, tp := recorder(t)
+	_, err := ownStream(t, srv, 1, 2, []middleware.Option{tp}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 2, srv.Requests())
+	assert.Len(t, clientSpans(rec), 2)
+	require.NoError(t, srv.CheckCounts(rec.Ended()))
+}
+
+// Where the request's spans cannot be recorded (the middleware was given a
+// provider that records nothing), retrace.calls counts only what the trace
+// shows, and the root says how many more were made: no silent loss.
+func TestSDKUntracedRequestsAreNotCounted(t *testing.T) {
+	srv := started(t, retracetest.FailFirst(1, down503()))
+	rec, tp := recorder(t)
+	_, err := ownStream(t, srv, 1, 2, []middleware.Option{tp}, []middleware.Option{middleware.WithTracerProvider(noop.NewTracerProvider())})
+	require.NoError(t, err)
+	assert.Equal(t, 2, srv.Requests())
+	assert.Empty(t, clientSpans(rec))
+	root := rootSpan(t, rec)
+	assert.Zero(t, num(root, "retrace.calls"))
+	assert.Equal(t, int64(2), num(root, "retrace.calls.untraced"))
+}
+
+// The key a user's own client sends is a secret of the call: a provider that
+// echoes it in its error leaves it on no span, the request's or the layers'
+// above it.
+func TestSDKCredentialsAreSecrets(t *testing.T) {
+	const key = "plainkey0123456789abcdef" // no pattern knows it: only its exact value can be redacted
+	for _, tc := range []struct {
+		name   string
+		header func(*http.Request) // nil: the SDK's own Authorization
+	}{
+		{"bearer", nil},
+		{"x-api-key", func(r *http.Request) { r.Header.Del("Authorization"); r.Header.Set("x-api-key", key) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := started(t, retracetest.Always(retracetest.Status(401, "invalid_api_key", "invalid_request_error",
+				"Incorrect API key provided: "+key+".")))
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			opts := []option.RequestOption{option.WithBaseURL(srv.URL()), option.WithAPIKey(key), option.WithMaxRetries(0)}
+			if tc.header != nil {
+				opts = append(opts, option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+					tc.header(r)
+					return next(r)
+				}))
+			}
+			// Outermost first: the header is set before retrace's middleware sees the request.
+			opts = append(opts, option.WithMiddleware(middleware.SDK("openai-go", 0)))
+			client := openai.NewClient(opts...)
+			layer := middleware.PoliciesWith[string, string]("session", []middleware.Option{middleware.WithTracerProvider(tp)},
+				policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}))
+			_, err := layer(func(ctx context.Context, prompt string) (string, error) {
+				_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+					Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+				})
+				return "", err
+			})(context.Background(), "hello")
+			require.Error(t, err)
+			spans := rec.Ended()
+			require.Len(t, spans, 3, "the request's span, the session's attempt and the session's span: a 401 is not retried")
+			for _, s := range spans {
+				assert.NotContains(t, s.Status().Description, key, s.Name())
+				for _, kv := range s.Attributes() {
+					assert.NotContains(t, kv.Value.Emit(), key, "%s: %s", s.Name(), kv.Key)
+				}
+			}
+			for _, s := range spans {
+				assert.Contains(t, s.Status().Description, "Incorrect API key provided: [REDACTED]", "%s: the message is kept, the key is not", s.Name())
+			}
+			var fe *policies.FailedError
+			require.True(t, errors.As(err, &fe))
+			assert.NotContains(t, fe.Error(), key, "nor in the error the layer built")
+		})
+	}
+}
