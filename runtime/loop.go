@@ -95,27 +95,43 @@ func (l *Loop) Run(ctx context.Context, prompt string) (LoopResult, error) {
 		return LoopResult{}, &policies.Error{Class: policies.Programming, Type: "loop_config",
 			Err: fmt.Errorf("%w: Loop.Tools is nil (use tool.NewBox() for a loop without tools)", ErrLoopConfig)}
 	}
-	l.once.Do(func() {
-		opts := append(l.spanOptions(), l.Options...)
-		l.run = middleware.PoliciesWith[string, LoopResult]("agent", opts)(l.loop)
-	})
+	l.once.Do(func() { l.run = l.agentLayer()(l.loop) })
 	return l.run(ctx, prompt)
 }
 
-// spanOptions name the loop's span invoke_agent, as the GenAI conventions
-// name an agent's invocation, with the operation, the provider (when the
-// conversation says which) and the agent's name.
-func (l *Loop) spanOptions() []middleware.Option {
-	name := "invoke_agent"
-	kv := []attribute.KeyValue{telemetry.GenAIOperation.String("invoke_agent")}
-	if l.Name != "" {
-		name += " " + l.Name
-		kv = append(kv, telemetry.GenAIAgentName.String(l.Name))
-	}
+// agentLayer is the loop's layer ([AgentLayer]), with the provider when
+// the conversation says which.
+func (l *Loop) agentLayer() middleware.Middleware[string, LoopResult] {
+	var provider string
 	if p, ok := l.Session.(interface{ ProviderName() string }); ok {
-		kv = append(kv, telemetry.GenAIProvider.String(p.ProviderName()))
+		provider = p.ProviderName()
 	}
-	return []middleware.Option{middleware.WithSpanName(name), middleware.WithAttributes(kv...), middleware.WithSteps(l.maxSteps())}
+	return AgentLayer[string, LoopResult](l.Name, provider, l.maxSteps(), l.Options...)
+}
+
+// AgentLayer is the layer of one agent invocation, whoever runs the agent
+// (a Loop, an agent framework's adapter): layer "agent", the span
+// "invoke_agent {name}" ("invoke_agent" when name is empty) with
+// gen_ai.operation.name=invoke_agent, gen_ai.agent.name and
+// gen_ai.provider.name when they are known, and a worst case of maxSteps
+// times the costliest step (mark each step with middleware.NextStep).
+// Outermost, it is the root of the run's trace, whose retrace.calls counts
+// every model request and tool attempt of the run.
+func AgentLayer[Req, Resp any](name, provider string, maxSteps int, opts ...middleware.Option) middleware.Middleware[Req, Resp] {
+	span := "invoke_agent"
+	kv := []attribute.KeyValue{telemetry.GenAIOperation.String("invoke_agent")}
+	if name != "" {
+		span += " " + name
+		kv = append(kv, telemetry.GenAIAgentName.String(name))
+	}
+	if provider != "" {
+		kv = append(kv, telemetry.GenAIProvider.String(provider))
+	}
+	all := append([]middleware.Option{middleware.WithSpanName(span), middleware.WithAttributes(kv...)}, opts...)
+	if maxSteps > 0 {
+		all = append(all, middleware.WithSteps(maxSteps))
+	}
+	return middleware.PoliciesWith[Req, Resp]("agent", all)
 }
 
 func (l *Loop) maxSteps() int {

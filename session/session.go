@@ -123,7 +123,7 @@ func New(cfg Config) (*Session, error) {
 	}
 	cfg.Retry = cfg.Retry.OrPreset(policies.SessionRetry)
 	if cfg.ModelTimeout <= 0 {
-		cfg.ModelTimeout = 2 * time.Minute
+		cfg.ModelTimeout = DefaultModelTimeout
 	}
 	if cfg.Compactor == nil {
 		cfg.Compactor = DropOldest
@@ -148,36 +148,31 @@ func New(cfg Config) (*Session, error) {
 	return s, nil
 }
 
-// sessionLayer is candidate c's session layer, its logical model call: a
-// CLIENT span "chat {model}" with the GenAI attributes from its start,
-// covering the session's retries, and ending with the usage, response model,
-// response ID and finish reasons of the attempt that ended it (["error"]
-// when it failed), as the GenAI conventions define an inference span under
-// automatic retries. Its attempts, and the model layer within each, are
-// INTERNAL; the physical requests beneath are the HTTP CLIENT spans.
+// sessionLayer is candidate c's session layer, its logical model call
+// ([InferenceLayer]): a CLIENT span "chat {model}" with the GenAI attributes
+// from its start, covering the session's retries, and ending with the
+// usage, response model, response ID and finish reasons of the attempt that
+// ended it (["error"] when it failed), as the GenAI conventions define an
+// inference span under automatic retries. Its attempts, and the model layer
+// within each, are INTERNAL; the physical requests beneath are the HTTP
+// CLIENT spans.
 func (s *Session) sessionLayer(c Candidate) middleware.Handler[int, Message] {
-	attrs := []attribute.KeyValue{
-		telemetry.GenAIOperation.String("chat"),
-		telemetry.GenAIProvider.String(c.Provider.Name()),
-		telemetry.GenAIRequestModel.String(c.Model),
-		telemetry.GenAIRequestStream.Bool(true),
+	return InferenceLayer[int](s.inference(c))(s.attempt)
+}
+
+// inference is candidate c's logical model call, with the session's
+// settings.
+func (s *Session) inference(c Candidate) Inference[Message] {
+	in := Inference[Message]{
+		Provider: c.Provider.Name(), Model: c.Model, Stream: true,
+		Retry: s.cfg.Retry, Timeout: s.cfg.ModelTimeout, Policies: c.ModelPolicies,
+		InnerAttempts: c.ProviderAttempts, Options: s.cfg.Options,
+		Describe: func(m Message) Message { return m },
 	}
 	if sv, ok := c.Provider.(interface{ Server() (string, int) }); ok {
-		if host, port := sv.Server(); host != "" {
-			attrs = append(attrs, telemetry.ServerAddress.String(host))
-			if port > 0 {
-				attrs = append(attrs, telemetry.ServerPort.Int(port))
-			}
-		}
+		in.Server, in.Port = sv.Server()
 	}
-	opts := append(append([]middleware.Option{}, s.cfg.Options...),
-		middleware.WithSpanName("chat "+c.Model),
-		middleware.WithSpanKind(trace.SpanKindClient),
-		middleware.WithAttributes(attrs...),
-		middleware.WithEndAttributes(inferenceEnd),
-		middleware.WithGenAIMetrics(func(m Message) (int, int) { return m.Usage.InputTokens, m.Usage.OutputTokens }),
-	)
-	return middleware.PoliciesWith[int, Message]("session", opts, policies.NewRetry[Message](s.cfg.Retry))(s.attempt)
+	return in
 }
 
 // inferenceEnd is what the inference span learns when the call ends.
@@ -202,15 +197,11 @@ func inferenceEnd(m Message, err error) []attribute.KeyValue {
 	return kv
 }
 
-// modelLayer is candidate c's model layer, one per session attempt: an
-// INTERNAL span "model", cut by the model timeout, through the candidate's
-// own model policies, around its provider.
+// modelLayer is candidate c's model layer ([ModelLayer]), one per session
+// attempt: an INTERNAL span "model", cut by the model timeout, through the
+// candidate's own model policies, around its provider.
 func (s *Session) modelLayer(c Candidate) middleware.Handler[Request, Message] {
-	opts := append(append([]middleware.Option{}, s.cfg.Options...),
-		middleware.WithInnerAttempts(c.ProviderAttempts),
-	)
-	modelPolicies := append([]failsafe.Policy[Message]{policies.NewTimeout[Message](s.cfg.ModelTimeout, nil)}, c.ModelPolicies...)
-	return middleware.PoliciesWith[Request, Message]("model", opts, modelPolicies...)(s.streamer(c.Provider))
+	return ModelLayer[Request](s.inference(c))(s.streamer(c.Provider))
 }
 
 // History returns a copy of the conversation so far.

@@ -1,0 +1,146 @@
+package session
+
+import (
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
+)
+
+// Inference is the shape of one logical model call, whoever makes it: a
+// Session, an agent framework's adapter (contrib/eino, contrib/genkit), or
+// a user's own handler around an SDK client. Its two layers are the ones a
+// Session runs:
+//
+//   - [InferenceLayer], layer "session": the inference span "chat {Model}"
+//     (CLIENT, with the GenAI attributes from its start and the answer's
+//     usage, model, ID and finish reasons at its end), covering the retry;
+//   - [ModelLayer], layer "model", once per attempt (INTERNAL, without
+//     gen_ai.operation.name, so that a GenAI backend counts one operation per
+//     logical call): the attempt's timeout and Policies.
+//
+// The zero value of each field is the Session's default.
+type Inference[Resp any] struct {
+	// Provider is gen_ai.provider.name ("openai", "anthropic"); empty
+	// leaves it out.
+	Provider string
+	// Model is gen_ai.request.model; the span is "chat {Model}", or "chat"
+	// when it is empty.
+	Model string
+	// Server and Port are server.address and server.port, when known.
+	Server string
+	Port   int
+	// Stream sets gen_ai.request.stream=true on every call; a caller whose
+	// calls differ sets it per call with middleware.WithCallAttributes.
+	Stream bool
+	// Retry is the logical call's retry; a zero MaxAttempts means
+	// policies.SessionRetry (4 attempts, 2 s, 4 s, 8 s, unknown errors not
+	// retried), its other fields kept.
+	Retry policies.RetryConfig
+	// Timeout bounds each attempt, so that a provider that never answers is
+	// cut and retried; 0 → 2 minutes.
+	Timeout time.Duration
+	// Policies run around each attempt, inside the retry (a circuit breaker
+	// for the provider).
+	Policies []failsafe.Policy[Resp]
+	// InnerAttempts declares the attempts a retry loop beneath each attempt
+	// makes that retrace does not drive (an SDK's own retries without
+	// middleware.SDK), named InnerName in the nested-retry event.
+	InnerAttempts int
+	InnerName     string
+	// Describe reads what an answer says of itself: its Usage, Model,
+	// ResponseID, StopReason and FirstChunk (the other fields are not
+	// read); nil: nothing.
+	Describe func(Resp) Message
+	// Options configure both layers (tracer and meter providers, clock,
+	// classifier).
+	Options []middleware.Option
+}
+
+// DefaultModelTimeout bounds a model call's attempt when nothing else does.
+const DefaultModelTimeout = 2 * time.Minute
+
+// withDefaults fills the zero fields with the Session's defaults.
+func (in Inference[Resp]) withDefaults() Inference[Resp] {
+	in.Retry = in.Retry.OrPreset(policies.SessionRetry)
+	if in.Timeout <= 0 {
+		in.Timeout = DefaultModelTimeout
+	}
+	return in
+}
+
+// InferenceLayer is the logical model call's layer: "session", the
+// inference span "chat {Model}" around the retry. Put [ModelLayer] beneath
+// it, or use [InferenceLayers] for both.
+func InferenceLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
+	in = in.withDefaults()
+	attrs := []attribute.KeyValue{telemetry.GenAIOperation.String("chat")}
+	if in.Provider != "" {
+		attrs = append(attrs, telemetry.GenAIProvider.String(in.Provider))
+	}
+	name := "chat"
+	if in.Model != "" {
+		name += " " + in.Model
+		attrs = append(attrs, telemetry.GenAIRequestModel.String(in.Model))
+	}
+	if in.Stream {
+		attrs = append(attrs, telemetry.GenAIRequestStream.Bool(true))
+	}
+	if in.Server != "" {
+		attrs = append(attrs, telemetry.ServerAddress.String(in.Server))
+		if in.Port > 0 {
+			attrs = append(attrs, telemetry.ServerPort.Int(in.Port))
+		}
+	}
+	describe := in.Describe
+	if describe == nil {
+		describe = func(Resp) Message { return Message{} }
+	}
+	opts := append(append([]middleware.Option{}, in.Options...),
+		middleware.WithSpanName(name),
+		middleware.WithSpanKind(trace.SpanKindClient),
+		middleware.WithAttributes(attrs...),
+		middleware.WithEndAttributes(func(r Resp, err error) []attribute.KeyValue {
+			if err != nil {
+				return inferenceEnd(Message{}, err)
+			}
+			return inferenceEnd(describe(r), nil)
+		}),
+		middleware.WithGenAIMetrics(func(r Resp) (int, int) {
+			u := describe(r).Usage
+			return u.InputTokens, u.OutputTokens
+		}),
+	)
+	return middleware.PoliciesWith[Req, Resp]("session", opts, policies.NewRetry[Resp](in.Retry))
+}
+
+// ModelLayer is the layer of each attempt of a logical model call:
+// "model", INTERNAL, cut by the attempt's timeout, through Policies.
+func ModelLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
+	in = in.withDefaults()
+	opts := append([]middleware.Option{}, in.Options...)
+	switch {
+	case in.InnerName != "" && in.InnerAttempts > 1:
+		opts = append(opts, middleware.WithInnerRetries(in.InnerName, in.InnerAttempts))
+	case in.InnerAttempts > 1:
+		opts = append(opts, middleware.WithInnerAttempts(in.InnerAttempts))
+	}
+	ps := append([]failsafe.Policy[Resp]{policies.NewTimeout[Resp](in.Timeout, nil)}, in.Policies...)
+	return middleware.PoliciesWith[Req, Resp]("model", opts, ps...)
+}
+
+// InferenceLayers is [InferenceLayer] around [ModelLayer]: a logical model
+// call as a Session makes it, for a handler that makes one attempt.
+//
+//	call := session.InferenceLayers[Prompt, *Reply](session.Inference[*Reply]{
+//		Provider: "openai", Model: "gpt-4o-mini",
+//		Describe: func(r *Reply) session.Message { return session.Message{Usage: r.Usage} },
+//	})(handler)
+func InferenceLayers[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
+	return middleware.Chain(InferenceLayer[Req](in), ModelLayer[Req](in))
+}
