@@ -36,8 +36,10 @@ func TestInferenceLayersOnAHandler(t *testing.T) {
 	calls := 0
 	call := session.InferenceLayers[string](session.Inference[reply]{
 		Provider: "acme", Model: "m-1", Server: "api.acme.test", Port: 443,
-		Options:  []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clock.NewVirtual(epoch))},
-		Describe: func(r reply) session.Message { return session.Message{Usage: session.Usage{InputTokens: r.in}, StopReason: r.finish} },
+		Options: []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clock.NewVirtual(epoch))},
+		Describe: func(r reply) session.Message {
+			return session.Message{Usage: session.Usage{InputTokens: r.in}, StopReason: r.finish}
+		},
 	})(func(ctx context.Context, prompt string) (reply, error) {
 		calls++
 		if calls == 1 {
