@@ -27,18 +27,21 @@ type tracedBody struct {
 	sse *sseWatch       // nil unless the body is an event stream
 	mu  sync.Mutex      // guards end, and sse against a Close beside a Read
 	end func(err error) // ends the request's span; nil once called
+	// event is told of the stream's error event, once; may be nil.
+	event func(err error)
 }
 
 // wrapBody wraps resp's body; end, if not nil, is called once when the
-// body ends, with the failure it ended with (nil for a complete answer).
-func wrapBody(ctx context.Context, resp *http.Response, end func(error)) {
+// body ends, with the failure it ended with (nil for a complete answer), and
+// event, if not nil, when an error event has arrived in the stream.
+func wrapBody(ctx context.Context, resp *http.Response, end, event func(error)) {
 	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
 		if end != nil {
 			end(nil)
 		}
 		return
 	}
-	b := &tracedBody{rc: resp.Body, ctx: ctx, end: end}
+	b := &tracedBody{rc: resp.Body, ctx: ctx, end: end, event: event}
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct == "text/event-stream" {
 		b.sse = &sseWatch{}
 	}
@@ -49,8 +52,16 @@ func (b *tracedBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if b.sse != nil && n > 0 {
 		b.mu.Lock()
+		had := b.sse.errData != nil
 		b.sse.feed(p[:n])
+		event := b.event
+		if had || b.sse.errData == nil {
+			event = nil
+		}
 		b.mu.Unlock()
+		if event != nil {
+			event(b.reported())
+		}
 	}
 	switch {
 	case err == nil:

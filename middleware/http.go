@@ -108,7 +108,8 @@ func (e *httpFailure) Unwrap() error { return e.err }
 type exchange struct {
 	resp *http.Response
 	next func(*http.Request) (*http.Response, error)
-	end  func(error) // ends the request's span when the answer's body ends; nil when it has ended
+	end   func(error) // ends the request's span when the answer's body ends; nil when it has ended
+	event func(error) // tells the layers above of an error event in the answer's stream
 }
 
 type exchangeKey struct{}
@@ -147,7 +148,7 @@ func (t *transport) roundTrip(req *http.Request, next func(*http.Request) (*http
 		}
 		return resp, err
 	}
-	wrapBody(req.Context(), resp, x.end)
+	wrapBody(req.Context(), resp, x.end, x.event)
 	return resp, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -25,21 +26,26 @@ type frame struct {
 	parent      *frame
 	root        *root
 	layer       string
-	maxAttempts int                  // attempts (or steps) it may make; 0: unknown (a retry policy retrace cannot read)
-	retries     bool                 // it retries: it counts in retrace.retry.depth and the nested-retry event
-	perAttempt  bool                 // each layer called beneath it is one of its handler's own attempts (WithInnerAttempts)
-	inner       int                  // those attempts
-	innerName   string               // the retry layer that makes them, if it has a name (WithInnerRetries)
-	foreign     *foreignRetry        // non-nil: a retry loop retrace does not drive (WithinRetry)
-	depth       int                  // retrying layers enclosing this one
-	attempt     int                  // the current attempt, from 1
-	delay       time.Duration        // the backoff waited before it
-	nested      atomic.Bool          // a layer started beneath the current attempt
-	childSum    atomic.Int64         // the worst cases of the layers called in the current attempt, added up
-	childMax    atomic.Int64         // the largest such sum of the attempts before it
-	unknown     atomic.Bool          // a layer beneath has no known worst case
-	tp          trace.TracerProvider // the providers the call records on, for the layers beneath that have none
-	mp          metric.MeterProvider
+	maxAttempts int           // attempts (or steps) it may make; 0: unknown (a retry policy retrace cannot read)
+	retries     bool          // it retries: it counts in retrace.retry.depth and the nested-retry event
+	perAttempt  bool          // each layer called beneath it is one of its handler's own attempts (WithInnerAttempts)
+	inner       int           // those attempts
+	innerName   string        // the retry layer that makes them, if it has a name (WithInnerRetries)
+	foreign     *foreignRetry // non-nil: a retry loop retrace does not drive (WithinRetry)
+	depth       int           // retrying layers enclosing this one
+	attempt     int           // the current attempt, from 1
+	delay       time.Duration // the backoff waited before it
+	nested      atomic.Bool   // a layer started beneath the current attempt
+	childSum    atomic.Int64  // the worst cases of the layers called in the current attempt, added up
+	childMax    atomic.Int64  // the largest such sum of the attempts before it
+	unknown     atomic.Bool   // a layer beneath has no known worst case
+	// failedBeneath is how the last layer call beneath the current attempt
+	// failed, nil when it succeeded: what an error the handler returns
+	// stands for when it says nothing of itself (an SDK's error made of an
+	// error event's text, which middleware.SDK decoded beneath it).
+	failedBeneath atomic.Pointer[policies.Classification]
+	tp            trace.TracerProvider // the providers the call records on, for the layers beneath that have none
+	mp            metric.MeterProvider
 }
 
 // root is what the outermost layer call collects from all beneath it.
@@ -112,7 +118,16 @@ func (f *frame) init(parent *frame, layer string, maxAttempts int, retries bool,
 // kept if it is the largest so far.
 func (f *frame) startAttempt(n int, delay time.Duration) {
 	f.attempt, f.delay = n, delay
+	f.failedBeneath.Store(nil)
 	f.fold()
+}
+
+// endedBeneath tells the enclosing layer's current attempt how a layer call
+// beneath it ended: cls when it failed, nil when it succeeded.
+func (f *frame) endedBeneath(cls *policies.Classification) {
+	if p := f.parent; p != nil {
+		p.failedBeneath.Store(cls)
+	}
 }
 
 func (f *frame) fold() {

@@ -372,11 +372,22 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 	if c.recording && l.cfg.endAttrs != nil {
 		c.span.SetAttributes(l.cfg.endAttrs(resp, err)...)
 	}
+	if err != nil {
+		c.frame.endedBeneath(&cls)
+	} else {
+		c.frame.endedBeneath(nil)
+	}
 	if err == nil && l.cfg.http && !l.retrying() {
 		if x, ok := ctx.Value(exchangeKey{}).(*exchange); ok {
 			// The span is the physical request's: it ends with the answer's
 			// body, read to its end or closed, and says how the body ended.
 			x.end = func(bodyErr error) { c.endBody(ctx, bodyErr, attempts) }
+			x.event = func(eventErr error) {
+				// An error event: the SDK above reports it in words of its
+				// own; the layers above it read this classification.
+				cls := c.classify(ctx, eventErr)
+				c.frame.endedBeneath(&cls)
+			}
 			return resp, nil
 		}
 	}
@@ -424,6 +435,9 @@ func (c *call[Req, Resp]) endBody(ctx context.Context, err error, attempts int) 
 	if err != nil {
 		cls = c.classify(ctx, err)
 		outcome = l.outcome(ctx, c, err, cls)
+	}
+	if err != nil {
+		c.frame.endedBeneath(&cls)
 	}
 	if c.recording {
 		l.endSpan(c, outcome, attempts, cls, err)
@@ -497,12 +511,23 @@ func (l *layer[Req, Resp]) attrBuf() *[]attribute.KeyValue {
 }
 
 // classify classifies err once per error value, as the layer's judge sees it.
+// An error that says nothing of itself (no rule knows it, or it has no
+// type) takes the classification of the failure beneath it: the layer call
+// beneath this attempt that failed last, which read the provider's answer
+// (middleware.SDK's request), so that one failure has one class on every
+// span and is never guessed again from text above.
 func (c *call[Req, Resp]) classify(ctx context.Context, err error) policies.Classification {
 	if err == c.lastErr && err != nil {
 		return c.lastCls
 	}
 	c.lastErr = err
 	c.lastCls, c.lastFail = c.l.judge.Judge(ctx, c.l.cfg.classifier, err)
+	if c.lastCls.Class == policies.Unknown || c.lastCls.Type == "_OTHER" {
+		if b := c.frame.failedBeneath.Load(); b != nil && b.Class != policies.Unknown && b.Class != policies.Canceled {
+			c.lastCls = *b
+			c.lastFail.Class, c.lastFail.RetryAfter = string(b.Class), b.RetryAfter
+		}
+	}
 	return c.lastCls
 }
 

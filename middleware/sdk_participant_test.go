@@ -255,3 +255,64 @@ func TestSDKCredentialsAreSecrets(t *testing.T) {
 		})
 	}
 }
+
+// An error that says nothing of itself, returned by a handler whose SDK
+// request beneath read the provider's answer, takes that answer's class:
+// the failure is classified once, where the answer was read, and carried up.
+func TestFailureBeneathCarriedUp(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault retracetest.Fault
+		class policies.Class
+		typ   string
+	}{
+		{"error answer", retracetest.InsufficientQuota(), policies.Fatal, "insufficient_quota"},
+		{"error event", retracetest.ErrorEvent(1, "insufficient_quota", "insufficient_quota", "Quota."), policies.Fatal, "insufficient_quota"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := started(t, retracetest.Always(tc.fault))
+			rec, tp := recorder(t)
+			client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
+				option.WithMaxRetries(0), option.WithMiddleware(middleware.SDK("openai-go", 0)))
+			layer := middleware.PoliciesWith[string, string]("session", []middleware.Option{tp},
+				policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}))
+			_, err := layer(func(ctx context.Context, prompt string) (string, error) {
+				stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
+					Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+				})
+				for stream.Next() {
+				}
+				_ = stream.Close()
+				if stream.Err() != nil {
+					return "", errors.New("the model call failed") // the SDK's error, in the user's words
+				}
+				return "", nil
+			})(context.Background(), "hello")
+			require.Error(t, err)
+			c := policies.Classify(err)
+			assert.Equal(t, tc.class, c.Class, c.Reason)
+			assert.Equal(t, tc.typ, c.Type)
+			assert.Equal(t, 1, srv.Requests(), "not retried")
+			require.NoError(t, srv.CheckCounts(rec.Ended()))
+			for _, s := range rec.Ended() {
+				assert.Equal(t, tc.typ, str(s, "error.type"), s.Name())
+			}
+		})
+	}
+	t.Run("a success beneath is no excuse", func(t *testing.T) {
+		srv := started(t, retracetest.Always(retracetest.OK()))
+		_, tp := recorder(t)
+		client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
+			option.WithMaxRetries(0), option.WithMiddleware(middleware.SDK("openai-go", 0)))
+		layer := middleware.PoliciesWith[string, string]("session", []middleware.Option{tp},
+			policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}))
+		_, err := layer(func(ctx context.Context, prompt string) (string, error) {
+			_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+				Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+			})
+			require.NoError(t, err)
+			return "", errors.New("my own bug after a good answer")
+		})(context.Background(), "hello")
+		assert.Equal(t, policies.Unknown, policies.Classify(err).Class)
+	})
+}

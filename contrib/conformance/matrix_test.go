@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -90,6 +91,7 @@ type result struct {
 	text      string
 	err       error
 	disagree  string // a failed span whose class or type differs from the others, if one does
+	spans     []sdktrace.ReadOnlySpan
 }
 
 func run(t *testing.T, p path, f fault) result {
@@ -100,6 +102,12 @@ func run(t *testing.T, p path, f fault) result {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	defer func() { require.NoError(t, tp.Shutdown(context.Background())) }()
+	// Every library's spans go where retrace's do, as they do in a program
+	// that exports one trace (genkit traces, and anthropic-sdk-go, through
+	// the global provider; genkit.Init installs one of its own otherwise).
+	prev := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	defer otel.SetTracerProvider(prev)
 	clk := clock.NewVirtual(epoch)
 	e := env{opts: []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}, clk: clk}
 
@@ -111,6 +119,7 @@ func run(t *testing.T, p path, f fault) result {
 	r.text, r.err = outer(func(ctx context.Context, _ string) (string, error) { return p.call(t, ctx, srv, e) })(ctx, "hello")
 	require.NoError(t, tp.ForceFlush(ctx))
 	spans := rec.Ended()
+	r.spans = spans
 	r.requests = srv.Requests()
 	traces := retracetest.ByTrace(spans)
 	require.Len(t, traces, 1, "%s, %s: one trace", p.name, f.name)
@@ -173,6 +182,9 @@ func TestConformanceMatrix(t *testing.T) {
 				}
 				table[p.name][f.name] = r
 				if int64(r.requests) != r.calls || r.leafSpans != r.requests || r.worst < r.calls {
+					for _, s := range r.spans {
+						t.Log(s.Name(), s.SpanContext().SpanID(), s.Parent().SpanID(), s.InstrumentationScope().Name)
+					}
 					t.Errorf("counts: %d requests, %d leaf spans, retrace.calls %d, worst case %d", r.requests, r.leafSpans, r.calls, r.worst)
 				}
 				if r.disagree != "" {
@@ -198,7 +210,9 @@ func TestConformanceMatrix(t *testing.T) {
 	}
 	md := markdown(table)
 	t.Log("\n" + md)
-	checkREADME(t, md)
+	if len(table) == len(paths) && !t.Failed() {
+		checkREADME(t, md) // the whole matrix ran, and it holds
+	}
 }
 
 // order puts the reference rows first.
