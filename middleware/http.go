@@ -106,8 +106,8 @@ func (e *httpFailure) Unwrap() error { return e.err }
 // exchange is one request's state across its attempts: the last failed
 // response, so that a retry can close it, and the SDK's next handler.
 type exchange struct {
-	resp *http.Response
-	next func(*http.Request) (*http.Response, error)
+	resp  *http.Response
+	next  func(*http.Request) (*http.Response, error)
 	end   func(error) // ends the request's span when the answer's body ends; nil when it has ended
 	event func(error) // tells the layers above of an error event in the answer's stream
 }
