@@ -19,7 +19,7 @@ import (
 // Failure is the final state of a failed tool call, as the model receives it.
 type Failure struct {
 	Class       string  `json:"class"`                   // a policies.Class
-	Retryable   bool    `json:"retryable"`               // whether calling again, later, may succeed
+	Retryable   bool    `json:"retryable"`               // whether calling again may succeed: false when the call cannot succeed as it is, or when retrace refuses it until RetryAfterS has passed (an open circuit)
 	Message     string  `json:"message"`                 // what went wrong, secrets redacted
 	RetryAfterS float64 `json:"retry_after_s,omitempty"` // when calling again may succeed, if known
 	Hint        string  `json:"hint"`                    // what to do next
@@ -50,9 +50,16 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	}
 	f := &Failure{Class: string(cls.Class), Retryable: cls.Class.Retryable(), Message: message(ctx, err)}
 	after := cls.RetryAfter
-	what := cls.Type
-	if engine.RedactKnown(what, engine.SecretsFrom(ctx)) != what {
-		what = "an error whose code holds a secret" // the type is worded from the error's own code
+	// what names the error in the hint, "(rate_limit_exceeded)"; a type
+	// that says nothing (_OTHER) is left out: the model can do nothing
+	// with it.
+	what := ""
+	switch t := cls.Type; {
+	case t == "" || t == "_OTHER":
+	case engine.RedactKnown(t, engine.SecretsFrom(ctx)) != t:
+		what = " (an error whose code holds a secret)" // the type is worded from the error's own code
+	default:
+		what = " (" + t + ")"
 	}
 	name := t.name
 	switch {
@@ -60,6 +67,9 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 		if rej, ok := errors.AsType[*policies.RejectedError](err); ok {
 			after = rej.RetryAfter
 		}
+		// A call now would be refused without reaching the tool: not
+		// retryable until the circuit's cool-down has passed.
+		f.Retryable = false
 		f.Hint = fmt.Sprintf("%s is unavailable, circuit open for another %d s: use another tool or answer with what you have", name, seconds(after))
 	case outcome == policies.OutcomeRejected && errors.Is(err, bulkhead.ErrFull):
 		f.Hint = fmt.Sprintf("%s is busy with other calls: try again in a moment or use another tool", name)
@@ -74,21 +84,21 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 		if after > 0 {
 			when = fmt.Sprintf("in %d s", seconds(after))
 		}
-		f.Hint = fmt.Sprintf("%s failed %s (%s): try again %s, or use another tool", name, times(attempts), what, when)
+		f.Hint = fmt.Sprintf("%s failed %s%s: try again %s, or use another tool", name, times(attempts), what, when)
 	case cls.Type == "invalid_arguments":
 		f.Hint = fmt.Sprintf("the arguments were not valid for %s: fix them and call it again", name)
 	case cls.Class == policies.Fatal:
-		f.Hint = fmt.Sprintf("%s cannot be used for the rest of this task (%s): do not call it again; tell the user", name, what)
+		f.Hint = fmt.Sprintf("%s cannot be used for the rest of this task%s: do not call it again; tell the user", name, what)
 	case cls.Class == policies.ContextOverflow:
 		f.Hint = fmt.Sprintf("the request to %s is too large: shorten the arguments", name)
 	case cls.Class == policies.Programming:
-		f.Hint = fmt.Sprintf("%s failed with a bug (%s): do not call it again; report it", name, what)
+		f.Hint = fmt.Sprintf("%s failed with a bug%s: do not call it again; report it", name, what)
 	case cls.Class == policies.Permanent:
-		f.Hint = fmt.Sprintf("%s cannot do this request (%s): calling it again with the same arguments fails the same way; change them or use another tool", name, what)
+		f.Hint = fmt.Sprintf("%s cannot do this request%s: calling it again with the same arguments fails the same way; change them or use another tool", name, what)
 	default:
 		f.Hint = fmt.Sprintf("%s failed with an error retrace does not recognise: do not count on a retry; use another tool or answer with what you have", name)
 	}
-	if after > 0 && f.Retryable {
+	if after > 0 && (f.Retryable || outcome == policies.OutcomeRejected) {
 		f.RetryAfterS = math.Ceil(after.Seconds())
 	}
 	return f

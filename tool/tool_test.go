@@ -116,7 +116,7 @@ func TestOpenBreakerTellsTheModel(t *testing.T) {
 	assert.Equal(t, int64(5), d.calls.Load(), "5 calls, then the breaker opened")
 	f := failureOf(t, res.Content)
 	assert.Equal(t, "transient", f.Class)
-	assert.True(t, f.Retryable)
+	assert.False(t, f.Retryable, "a call now would be refused: not before retry_after_s")
 	assert.Equal(t, float64(60), f.RetryAfterS)
 	assert.Equal(t, "search_docs is unavailable, circuit open for another 60 s: use another tool or answer with what you have", f.Hint)
 
@@ -318,4 +318,16 @@ func TestToolFailureHoldsNoSecret(t *testing.T) {
 		}
 	}
 	assert.Equal(t, "permanent", failureOf(t, res.Content).Class)
+}
+
+// A failure whose type says nothing (_OTHER) is not named to the model.
+func TestHintWithoutAnUnnamedType(t *testing.T) {
+	clk := clock.NewVirtual(epoch)
+	flaky := tool.New("lookup", func(context.Context, struct{}) (string, error) {
+		return "", errors.New("upstream said: 503 service unavailable")
+	}, tool.Config{Clock: clk})
+	f := failureOf(t, flaky.Invoke(context.Background(), `{}`).Content)
+	assert.Equal(t, "transient", f.Class)
+	assert.NotContains(t, f.Hint, "_OTHER")
+	assert.Equal(t, "lookup failed 3 times: try again later, or use another tool", f.Hint)
 }
