@@ -71,3 +71,25 @@ func ExamplePoliciesWith() {
 	// retrace.calls=12
 	// retrace.calls.worst_case=12
 }
+
+// A layer on a handler of your own: the handler is the provider call, the
+// layer retries it and traces each attempt. Every setting is an option.
+func ExampleLayer() {
+	clk := clock.NewVirtual(time.Unix(0, 0)) // the backoffs pass at once
+	calls := 0
+	flaky := func(ctx context.Context, prompt string) (string, error) {
+		calls++
+		if calls < 3 {
+			return "", &policies.APIError{StatusCode: 529, Code: "overloaded_error"}
+		}
+		return "answer to " + prompt, nil
+	}
+	call := middleware.Layer[string, string]("session",
+		middleware.WithClock(clk),
+		middleware.WithPolicies[string](policies.NewRetry[string](policies.SessionRetry)),
+	)(flaky)
+
+	reply, err := call(context.Background(), "hello")
+	fmt.Println(reply, err, "after", calls, "calls")
+	// Output: answer to hello <nil> after 3 calls
+}

@@ -38,9 +38,13 @@ import (
 // base returned it, so that an SDK above produces its own error. Requests
 // with a body are retried only when they can be rewound (GetBody).
 //
-// Each request is a leaf call, counted in retrace.calls. To see the requests
-// of an SDK's own retries, use [SDK], which also knows where each request
-// stands among them.
+// Each request is a leaf call, counted in retrace.calls. A successful
+// answer's body is watched as [SDK] watches it: an event stream without its
+// terminator fails the reader with a *policies.StreamError, and without a
+// retry policy the request's span ends with the body. The credentials in
+// each request's headers are secrets of the call. To see the requests of an
+// SDK's own retries, use [SDK], which also knows where each request stands
+// among them.
 func Transport(base http.RoundTripper, layer string, opts ...Option) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
@@ -51,6 +55,12 @@ func Transport(base http.RoundTripper, layer string, opts ...Option) http.RoundT
 	t.h = PoliciesWith[*http.Request, *http.Response](layer, opts, cfg.httpPolicies...)(t.attempt)
 	return t
 }
+
+// RequestMiddleware is a request middleware of the shape the SDKs Stainless
+// builds take (openai-go's and anthropic-sdk-go's option.WithMiddleware, and
+// their option.Middleware is the same type): it gets each physical request
+// the SDK makes, inside the SDK's retry loop, and the next handler.
+type RequestMiddleware = func(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error)
 
 // SDK returns a request middleware for an SDK built by Stainless, openai-go's
 // and anthropic-sdk-go's option.WithMiddleware among them, without
@@ -72,10 +82,34 @@ func Transport(base http.RoundTripper, layer string, opts ...Option) http.RoundT
 // also declare the SDK's attempts with [WithInnerAttempts] on the layer
 // above; where that is done anyway, the layer's declaration counts.
 //
-// The span ends when the SDK has the response's headers: a stream that
-// fails later is recorded by the layer that reads it (a session's model
-// call).
-func SDK(sdk string, maxRetries int, opts ...Option) func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+// It takes part in the call as retrace's own providers do:
+//
+//   - what retrace classifies as not retryable (a spent quota, a rejected
+//     key, a context overflow) the SDK is told not to resend
+//     (x-should-retry: false, which Stainless-built SDKs honour over the
+//     status): one request, not the SDK's maxRetries+1;
+//   - a successful answer's span ends with its body, read to its end or
+//     closed; an event stream that ends without its protocol's terminator
+//     (OpenAI's [DONE], Anthropic's message_stop, the Responses API's
+//     response.completed), or whose connection breaks, fails the user's
+//     stream reader with a *policies.StreamError (error.type
+//     stream_dropped, Transient), so that a short answer never passes for a
+//     whole one; an error event in the stream is recorded on the span;
+//   - a failure it read is carried up: a layer above whose handler returns
+//     an error that says nothing of itself (an SDK's error made of an
+//     event's text) takes this classification instead of guessing again;
+//   - without WithTracerProvider or WithMeterProvider it records where the
+//     enclosing retrace layer does (else the global providers), so that
+//     its spans are in the caller's trace; a request whose span is not
+//     recorded while the trace is, is not counted in retrace.calls but in
+//     retrace.calls.untraced;
+//   - the credentials it sees (Authorization, x-api-key, api-key,
+//     x-goog-api-key) are secrets of the whole call: an answer that echoes
+//     the key is redacted by exact value on every span and error.
+//
+// A body the caller never reads to its end nor closes leaves its span open,
+// as it leaves its connection.
+func SDK(sdk string, maxRetries int, opts ...Option) RequestMiddleware {
 	opts = append([]Option{optionFunc(func(c *config) {
 		c.http, c.sdkName, c.sdkAttempts = true, sdk, max(maxRetries, 0)+1
 	})}, opts...)

@@ -45,7 +45,8 @@ type config struct {
 	endAttrs  func(resp any, err error) []attribute.KeyValue
 	onAttempt func(context.Context, AttemptEnd)
 	genai     bool
-	usage     any // func(Resp) (input, output int), from WithGenAIMetrics
+	usage     any   // func(Resp) (input, output int), from WithGenAIMetrics
+	policies  []any // []failsafe.Policy[R] each, from WithPolicies, for Layer
 }
 
 func newConfig(opts []Option) config {
@@ -122,6 +123,16 @@ func WithInnerAttempts(n int) Option {
 // setting to change.
 func WithInnerRetries(name string, attempts int) Option {
 	return optionFunc(func(c *config) { c.inner, c.innerName = attempts, name })
+}
+
+// WithPolicies adds failsafe-go policies, outermost first as failsafe.With
+// lists them, to those a [Layer] runs its handler through. R is the layer's
+// response type (Go cannot infer it from a policy's concrete type, so write
+// it: WithPolicies[Reply](retry, breaker)); a Layer given policies of
+// another type fails every call with a Programming error that says so.
+// [PoliciesWith], which takes its policies as arguments, ignores it.
+func WithPolicies[R any](ps ...failsafe.Policy[R]) Option {
+	return optionFunc(func(c *config) { c.policies = append(c.policies, ps) })
 }
 
 // WithHTTPPolicies sets the failsafe-go policies that [Transport] and [SDK]

@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,32 @@ var (
 // providers as they are at call time. See [PoliciesWith].
 func Policies[Req, Resp any](layer string, ps ...failsafe.Policy[Resp]) Middleware[Req, Resp] {
 	return PoliciesWith[Req, Resp](layer, nil, ps...)
+}
+
+// Layer is [PoliciesWith] with every setting an option, the policies too
+// ([WithPolicies]):
+//
+//	call := middleware.Layer[Prompt, Reply]("session",
+//		middleware.WithTracerProvider(tp),
+//		middleware.WithPolicies[Reply](policies.NewRetry[Reply](policies.SessionRetry)),
+//	)(handler)
+func Layer[Req, Resp any](name string, opts ...Option) Middleware[Req, Resp] {
+	var ps []failsafe.Policy[Resp]
+	for _, given := range newConfig(opts).policies {
+		p, ok := given.([]failsafe.Policy[Resp])
+		if !ok {
+			err := &policies.Error{Class: policies.Programming, Type: "layer_config",
+				Err: fmt.Errorf("middleware.Layer %q: WithPolicies was given %T, the layer's responses are %T", name, given, []failsafe.Policy[Resp]{})}
+			return func(Handler[Req, Resp]) Handler[Req, Resp] {
+				return func(context.Context, Req) (Resp, error) {
+					var zero Resp
+					return zero, err
+				}
+			}
+		}
+		ps = append(ps, p...)
+	}
+	return PoliciesWith[Req, Resp](name, opts, ps...)
 }
 
 // PoliciesWith runs the handler through the failsafe-go policies ps, listed

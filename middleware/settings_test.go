@@ -205,3 +205,18 @@ func TestFailsafeWithUsesTheSameEngine(t *testing.T) {
 	assert.Equal(t, 1, calls)
 	assert.Empty(t, clk.Slept())
 }
+
+// A Layer given policies of another response type refuses every call with a
+// Programming error that names both types, instead of dropping them.
+func TestLayerRefusesPoliciesOfAnotherType(t *testing.T) {
+	called := false
+	call := middleware.Layer[string, string]("session",
+		middleware.WithPolicies[int](policies.NewRetry[int](policies.SessionRetry)),
+	)(func(context.Context, string) (string, error) { called = true; return "", nil })
+	_, err := call(context.Background(), "x")
+	require.Error(t, err)
+	assert.False(t, called)
+	assert.Equal(t, policies.Programming, policies.Classify(err).Class)
+	assert.Contains(t, err.Error(), "[]failsafe.Policy[int]")
+	assert.Contains(t, err.Error(), "[]failsafe.Policy[string]")
+}

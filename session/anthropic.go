@@ -12,6 +12,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -43,7 +44,7 @@ type AnthropicConfig struct {
 	// retry loop (option.WithMiddleware): middleware.SDK("anthropic-sdk-go",
 	// SDKRetries, opts...) makes each request a span, counted in
 	// retrace.calls, and names the SDK's retries in the trace.
-	Middleware []func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error)
+	Middleware []middleware.RequestMiddleware
 	// Name is gen_ai.provider.name; empty → "anthropic".
 	Name string
 	// Limits bound what the provider reads of an answer: one event, a

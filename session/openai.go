@@ -16,6 +16,7 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/shared"
 
+	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -34,7 +35,7 @@ type OpenAIConfig struct {
 	// retry loop (option.WithMiddleware): middleware.SDK("openai-go",
 	// SDKRetries, opts...) makes each request a span, counted in
 	// retrace.calls, and names the SDK's retries in the trace.
-	Middleware []func(*http.Request, func(*http.Request) (*http.Response, error)) (*http.Response, error)
+	Middleware []middleware.RequestMiddleware
 	// Name is gen_ai.provider.name; empty → "openai".
 	Name string
 	// Limits bound what the provider reads of an answer: one event, a
