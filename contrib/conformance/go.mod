@@ -9,9 +9,11 @@ require (
 	github.com/firebase/genkit/go v1.12.0
 	github.com/openai/openai-go v1.12.0
 	github.com/openai/openai-go/v3 v3.98.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/retrace-go/retrace v0.0.0
 	github.com/retrace-go/retrace/contrib/eino v0.0.0-00010101000000-000000000000
 	github.com/retrace-go/retrace/contrib/genkit v0.0.0-00010101000000-000000000000
+	github.com/retrace-go/retrace/contrib/redis v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -41,7 +43,7 @@ require (
 	github.com/goph/emperror v0.17.2 // indirect
 	github.com/invopop/jsonschema v0.14.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/klauspost/cpuid/v2 v2.2.9 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/mailru/easyjson v0.9.0 // indirect
 	github.com/mbleigh/raymond v0.0.0-20250414171441-6b3a58ab9e0a // indirect
 	github.com/meguminnnnnnnnn/go-openai v0.1.2 // indirect
@@ -69,6 +71,7 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect
 	go.yaml.in/yaml/v4 v4.0.0-rc.4 // indirect
 	golang.org/x/arch v0.11.0 // indirect
@@ -83,4 +86,5 @@ replace (
 	github.com/retrace-go/retrace => ../..
 	github.com/retrace-go/retrace/contrib/eino => ../eino
 	github.com/retrace-go/retrace/contrib/genkit => ../genkit
+	github.com/retrace-go/retrace/contrib/redis => ../redis
 )
