@@ -100,6 +100,7 @@ func TestSDKNotToldToResendAFatalAnswer(t *testing.T) {
 				var fe *policies.FailedError
 				require.ErrorAs(t, err, &fe)
 				assert.Equal(t, tc.outcome, fe.Outcome, "the user's own client under a session layer ends failed_fatal")
+				assert.Contains(t, fe.Diagnosis(), "429 insufficient_quota: You exceeded your current quota", "the provider's words, not only the SDK's")
 			}
 		})
 	}

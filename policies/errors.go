@@ -186,7 +186,13 @@ func brief(err error, known ...string) string {
 	case *APIError:
 		s = Redact(e.text(), known...)
 	default:
-		s = Redact(engine.ErrorText(err), known...)
+		s = engine.ErrorText(err)
+		if api, decoded := providerAnswer(err); decoded && api.Message != "" && !strings.Contains(s, api.Message) {
+			// An SDK's own text says little ("429 Too Many Requests"): the
+			// provider's code and words say what happened.
+			s += ": " + api.text()
+		}
+		s = Redact(s, known...)
 	}
 	if strings.TrimSpace(s) == "" {
 		s = errorType(err) + " (empty message)"
