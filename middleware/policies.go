@@ -400,7 +400,8 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 		c.span.SetAttributes(l.cfg.endAttrs(resp, err)...)
 	}
 	if err != nil {
-		c.frame.endedBeneath(&cls)
+		failed := cls // its own variable: only a failure pays for the copy the enclosing attempt keeps
+		c.frame.endedBeneath(&failed)
 	} else {
 		c.frame.endedBeneath(nil)
 	}
@@ -464,7 +465,8 @@ func (c *call[Req, Resp]) endBody(ctx context.Context, err error, attempts int) 
 		outcome = l.outcome(ctx, c, err, cls)
 	}
 	if err != nil {
-		c.frame.endedBeneath(&cls)
+		failed := cls
+		c.frame.endedBeneath(&failed)
 	}
 	if c.recording {
 		l.endSpan(c, outcome, attempts, cls, err)
