@@ -503,3 +503,35 @@ func TestAPIErrorFromBodyReadFails(t *testing.T) {
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// A per-request timeout bounds the request, its body included: the
+// attempt's context lives until the body is read or closed, so a body
+// longer than the first read is never cut when the headers arrive.
+func TestTransportTimeoutKeepsTheBody(t *testing.T) {
+	const size = 256 << 10
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		chunk := strings.Repeat("x", 1024)
+		for written := 0; written < size; written += len(chunk) + 7 {
+			_, _ = io.WriteString(w, "data: "+chunk+"\n")
+			w.(http.Flusher).Flush()
+		}
+		_, _ = io.WriteString(w, "\n")
+	}))
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	for _, ps := range [][]failsafe.Policy[*http.Response]{
+		{policies.NewTimeout[*http.Response](time.Minute, nil)},
+		{policies.NewRetry[*http.Response](policies.RetryConfig{MaxAttempts: 2}), policies.NewTimeout[*http.Response](time.Minute, nil)},
+	} {
+		client := &http.Client{Transport: middleware.Transport(base, "http", middleware.WithHTTPPolicies(ps...))}
+		resp, err := client.Get(srv.URL)
+		require.NoError(t, err)
+		n, err := io.Copy(io.Discard, resp.Body)
+		require.NoError(t, err, "the body is read whole")
+		assert.Greater(t, n, int64(size))
+		require.NoError(t, resp.Body.Close())
+	}
+}

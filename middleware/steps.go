@@ -2,6 +2,8 @@ package middleware
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"runtime/debug"
 	"time"
 
@@ -186,7 +188,9 @@ func (l *layer[Req, Resp]) timeoutStep(h timeoutPolicy, next step[Req, Resp]) st
 		tctx, cancel := clock.WithTimeout(ctx, clk, limit, cause)
 		resp, err := next(tctx, c, req)
 		fired := err != nil && context.Cause(tctx) == error(cause) && ctx.Err() == nil
-		cancel()
+		if err != nil || !keepUntilRead(any(resp), cancel) {
+			cancel()
+		}
 		if fired {
 			err = &policies.TimeoutError{After: limit, Err: err}
 			if span == nil {
@@ -196,6 +200,41 @@ func (l *layer[Req, Resp]) timeoutStep(h timeoutPolicy, next step[Req, Resp]) st
 		c.endPolicySpan(ctx, span, err)
 		return resp, err
 	}
+}
+
+// keepUntilRead hands cancel, the end of an attempt's context, to resp's
+// body when resp is an HTTP answer with one: the body is read from the
+// attempt's connection, so the attempt lasts until the body has been read to
+// its end or closed (and its timeout still bounds it), not only until the
+// headers came.
+func keepUntilRead(resp any, cancel context.CancelFunc) bool {
+	r, ok := resp.(*http.Response)
+	if !ok || r == nil || r.Body == nil || r.Body == http.NoBody {
+		return false
+	}
+	r.Body = &cancelAtEnd{ReadCloser: r.Body, cancel: cancel}
+	return true
+}
+
+// cancelAtEnd is a body that ends its attempt's context when it is read to
+// its end, fails, or is closed.
+type cancelAtEnd struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelAtEnd) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.cancel()
+	}
+	return n, err
+}
+
+func (b *cancelAtEnd) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // foreignStep runs policies retrace does not drive through one failsafe-go
