@@ -196,17 +196,14 @@ func newGenAIInstruments(m metric.Meter, attrs []attribute.KeyValue) *genAIInstr
 	return g
 }
 
-// otherError is the conventions' error.type for an error of no known type.
-const otherError = "_OTHER"
-
 // record records one model call: its duration, with error.type when it
 // failed, and the tokens it used when it succeeded.
 func (g *genAIInstruments) record(ctx context.Context, d time.Duration, errType string, failed bool, input, output int) {
 	opts := g.ok
 	if failed {
-		if errType == "" {
-			errType = otherError
-		}
+		// A span names the provider's code as it is; a metric only the
+		// known ones, so that its streams stay bounded.
+		errType = telemetry.MetricErrorType(errType)
 		v, ok := g.failed.Load(errType)
 		if !ok {
 			v, _ = g.failed.LoadOrStore(errType, []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(

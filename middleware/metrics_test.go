@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -225,4 +226,34 @@ func TestMetricsGenAI(t *testing.T) {
 		base + ",gen_ai.token.type=output": {1, 30},
 	}, tokens)
 	assert.Equal(t, "{token}", got[telemetry.MetricTokenUsage].Unit)
+}
+
+// error.type on the GenAI duration comes from a closed set: 10,000 codes a
+// provider invents make one _OTHER stream, not 10,000; the known ones and
+// the HTTP statuses keep their names.
+func TestGenAIErrorTypeBounded(t *testing.T) {
+	mp, collect := meter(t)
+	n := 0
+	call := middleware.PoliciesWith[string, string]("session", []middleware.Option{mp,
+		middleware.WithGenAIMetrics[string](nil)})(func(context.Context, string) (string, error) {
+		n++
+		switch n {
+		case 1:
+			return "", &policies.APIError{StatusCode: 429, Code: "insufficient_quota"}
+		case 2:
+			return "", &policies.APIError{StatusCode: 503}
+		}
+		return "", &policies.APIError{StatusCode: 400, Code: fmt.Sprintf("invented_code_%d", n)}
+	})
+	for range 10_000 {
+		_, _ = call(context.Background(), "x")
+	}
+	h, ok := collect()[telemetry.MetricOperationDuration].Data.(metricdata.Histogram[float64])
+	require.True(t, ok)
+	types := map[string]uint64{}
+	for _, dp := range h.DataPoints {
+		v, _ := dp.Attributes.Value(telemetry.ErrorType)
+		types[v.AsString()] += dp.Count
+	}
+	assert.Equal(t, map[string]uint64{"insufficient_quota": 1, "503": 1, "_OTHER": 9_998}, types)
 }
