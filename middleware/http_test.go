@@ -453,7 +453,7 @@ func TestAPIErrorFrom(t *testing.T) {
 	})
 }
 
-// APIErrorFrom reads at most 64 KiB of the body and puts what it read back:
+// APIErrorFrom reads at most 1 MiB of the body and puts what it read back:
 // the caller reads the whole body, whatever its size, and closing it closes
 // the original.
 func TestAPIErrorFromLeavesTheBodyWhole(t *testing.T) {
@@ -467,8 +467,17 @@ func TestAPIErrorFromLeavesTheBodyWhole(t *testing.T) {
 		{"64 KiB", errorJSON + strings.Repeat(" ", 64<<10-len(errorJSON)), policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}},
 		// The error object is in the first 64 KiB: it is read.
 		{"error object, then 200 KiB of padding", errorJSON + strings.Repeat(" ", 200<<10), policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}},
-		// The object ends past 64 KiB: what was read is not JSON.
-		{"a message over 64 KiB", `{"error":{"type":"overloaded_error","message":"` + strings.Repeat("y", 100<<10) + `"}}`, policies.APIError{StatusCode: 529}},
+		// A message of any length: the code is read wherever it is, before
+		// the message (Anthropic's order) or after it (OpenAI's), and the
+		// message is kept cut to 1 KiB.
+		{"a message over 64 KiB", `{"error":{"type":"overloaded_error","message":"` + strings.Repeat("y", 100<<10) + `"}}`,
+			policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: strings.Repeat("y", 1021) + "…"}},
+		{"the code after a 100 KiB message", `{"error":{"message":"` + strings.Repeat("y", 100<<10) + `","type":"billing_error","code":null}}`,
+			policies.APIError{StatusCode: 529, Code: "billing_error", Message: strings.Repeat("y", 1021) + "…"}},
+		// Past the 1 MiB read nothing more is looked for: a string cut by the
+		// limit is not kept.
+		{"the code after 2 MiB", `{"error":{"message":"` + strings.Repeat("y", 2<<20) + `","code":"billing_error"}}`,
+			policies.APIError{StatusCode: 529}},
 		{"1 MiB of binary", string(bytes.Repeat([]byte{0, 1, 2, 0xff}, 256<<10)), policies.APIError{StatusCode: 529}},
 	}
 	for _, c := range cases {

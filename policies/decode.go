@@ -25,15 +25,18 @@ import (
 // history sent with later requests.
 const maxAPIMessage = 1 << 10
 
-// maxErrorBody is how much of an error answer's body is read.
-const maxErrorBody = 64 << 10
+// maxErrorBody is how much of an error answer's body is read: enough to
+// find the code that follows a long message (OpenAI writes the message
+// first), bounded so that an answer of any size costs no more.
+const maxErrorBody = 1 << 20
 
 // APIErrorFrom reads an error answer: its status, Retry-After, and an
 // OpenAI- or Anthropic-style body ({"error": {"type", "code", "message"}},
-// or {"error": "message"}). It reads at most 64 KiB of the body and puts
-// what it read back, so the response can still be read in full. The message
-// is cut to at most 1 KiB, at a character boundary, the cut
-// marked with "…".
+// or {"error": "message"}). It reads at most 1 MiB of the body and puts
+// what it read back, so the response can still be read in full. The code
+// and type are found wherever they are in what it read, after a message of
+// any length, and in a body cut short; the message is cut to at most 1 KiB,
+// at a character boundary, the cut marked with "…".
 func APIErrorFrom(resp *http.Response) *APIError {
 	e := &APIError{StatusCode: resp.StatusCode, RetryAfter: engine.ParseRetryAfter(resp.Header, time.Now())}
 	if resp.Body == nil {
@@ -44,7 +47,7 @@ func APIErrorFrom(resp *http.Response) *APIError {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
-	if err != nil {
+	if err != nil && len(head) == 0 {
 		return e
 	}
 	decodeBody(e, head)
@@ -55,38 +58,119 @@ func APIErrorFrom(resp *http.Response) *APIError {
 // {"error": {"code", "type", "message"}} or {"error": "message"}; a code
 // that is not a string gives way to the type.
 func decodeBody(e *APIError, body []byte) {
-	var env struct {
-		Error json.RawMessage `json:"error"`
+	if f := scanError(body); f.envelope {
+		fill(e, f.inner)
 	}
-	if json.Unmarshal(body, &env) != nil || len(env.Error) == 0 {
-		return
-	}
-	var text string
-	if json.Unmarshal(env.Error, &text) == nil {
-		e.Message = engine.Truncate(text, maxAPIMessage)
-		return
-	}
-	decodeObject(e, env.Error)
 }
 
-// decodeObject fills e from an error object {"code", "type", "message"}.
-// It reports false when data is not one.
-func decodeObject(e *APIError, data []byte) bool {
-	var detail struct {
-		Type    string `json:"type"`
-		Code    any    `json:"code"`
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(data, &detail) != nil {
-		return false
-	}
-	e.Message = engine.Truncate(detail.Message, maxAPIMessage)
-	if code, ok := detail.Code.(string); ok && code != "" {
-		e.Code = code
-	} else if t := strings.TrimSpace(detail.Type); t != "error" { // "error" names an envelope, not the error
+// fill sets e's code and message from an error object's fields.
+func fill(e *APIError, f errorFields) {
+	e.Message = f.message
+	if f.code != "" {
+		e.Code = f.code
+	} else if t := strings.TrimSpace(f.typ); t != "error" { // "error" names an envelope, not the error
 		e.Code = t
 	}
-	return true
+}
+
+// errorFields are what an error object says of itself.
+type errorFields struct {
+	code, typ, message string
+}
+
+// scanned is what scanError found: the top object's own fields, and its
+// "error" member's.
+type scanned struct {
+	top, inner errorFields
+	envelope   bool // the top object has an "error" member
+	ok         bool // data began as a JSON object
+}
+
+// scanError reads an error body or event token by token: unlike a decode
+// of the whole, it finds the fields in a body cut short (the part a limit
+// let through), and keeps at most 1 KiB of any string it keeps.
+func scanError(data []byte) scanned {
+	var out scanned
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return out
+	}
+	out.ok = true
+	readObject(dec, &out.top, func(key string) bool {
+		if key != "error" {
+			return false
+		}
+		t, err := dec.Token()
+		if err != nil {
+			return true
+		}
+		switch v := t.(type) {
+		case string:
+			out.envelope = true
+			out.inner.message = engine.Truncate(v, maxAPIMessage)
+		case json.Delim:
+			if v == '{' {
+				out.envelope = true
+				readObject(dec, &out.inner, nil)
+			} else {
+				skipRest(dec, 1)
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// readObject reads an object's members after its '{', keeping code, type
+// and message in f; member is asked first about each key, and reads the
+// value itself when it reports true.
+func readObject(dec *json.Decoder, f *errorFields, member func(key string) bool) {
+	for {
+		t, err := dec.Token()
+		if err != nil {
+			return
+		}
+		key, ok := t.(string)
+		if !ok {
+			return // the object's end
+		}
+		if member != nil && member(key) {
+			continue
+		}
+		if t, err = dec.Token(); err != nil {
+			return
+		}
+		switch v := t.(type) {
+		case json.Delim:
+			skipRest(dec, 1) // a nested value: nothing of it is kept
+		case string:
+			switch key {
+			case "code":
+				f.code = strings.TrimSpace(v)
+			case "type":
+				f.typ = v
+			case "message":
+				f.message = engine.Truncate(v, maxAPIMessage)
+			}
+		}
+	}
+}
+
+// skipRest skips tokens until depth nested values have closed.
+func skipRest(dec *json.Decoder, depth int) {
+	for depth > 0 {
+		t, err := dec.Token()
+		if err != nil {
+			return
+		}
+		if d, ok := t.(json.Delim); ok {
+			if d == '{' || d == '[' {
+				depth++
+			} else {
+				depth--
+			}
+		}
+	}
 }
 
 // ErrorEventFrom decodes the data of a stream's error event: OpenAI's
@@ -97,8 +181,12 @@ func decodeObject(e *APIError, data []byte) bool {
 // the next time.
 func ErrorEventFrom(data []byte) *APIError {
 	e := &APIError{event: true}
-	decodeBody(e, data)
-	if e.Code == "" && e.Message == "" && !decodeObject(e, data) {
+	switch f := scanError(data); {
+	case f.envelope:
+		fill(e, f.inner)
+	case f.ok:
+		fill(e, f.top) // an error object itself
+	default:
 		e.Message = engine.Truncate(strings.TrimSpace(string(data)), maxAPIMessage)
 	}
 	return e

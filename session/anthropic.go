@@ -49,7 +49,7 @@ type AnthropicConfig struct {
 	Name string
 	// Limits bound what the provider reads of an answer: one event, a
 	// whole stream, an error body. The zero value is the defaults (1 MiB,
-	// 64 MiB, 64 KiB).
+	// 64 MiB, 1 MiB).
 	Limits Limits
 	// SDKTracing keeps the SDK's own OpenTelemetry spans (and its
 	// trace-context headers), which it sends through the global tracer

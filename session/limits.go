@@ -21,8 +21,10 @@ const (
 	// token per chunk at about 250 bytes a chunk.
 	DefaultMaxResponseBytes = 64 << 20
 	// DefaultMaxErrorBodyBytes is room for any error object a provider
-	// sends; an error answer is decoded from its first 64 KiB in any case.
-	DefaultMaxErrorBodyBytes = 64 << 10
+	// sends, a message of hundreds of KiB before its code included (OpenAI
+	// writes the message first); an error answer is decoded from at most its
+	// first 1 MiB in any case, its code and type wherever they are in it.
+	DefaultMaxErrorBodyBytes = 1 << 20
 )
 
 // MaxErrorText is the length in bytes beyond which [ErrorText] cuts the text

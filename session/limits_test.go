@@ -427,3 +427,30 @@ func (n *notifyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	n.got <- struct{}{}
 	return resp, err
 }
+
+// An error object's code is read whatever its message's length: a
+// billing_error with a 100 KiB message is fatal (one request), a 900 KiB
+// overloaded_error event is transient, each with its code as error.type.
+func TestLongErrorMessagesKeepTheirCode(t *testing.T) {
+	long := strings.Repeat("x", 100<<10)
+	for _, tc := range []struct {
+		name     string
+		fault    retracetest.Fault
+		class    policies.Class
+		typ      string
+		requests int
+	}{
+		{"billing, 100 KiB", retracetest.Status(402, "billing_error", "billing_error", long), policies.Fatal, "billing_error", 1},
+		{"overloaded event, 900 KiB", retracetest.ErrorEvent(1, "overloaded_error", "overloaded_error", strings.Repeat("y", 900<<10)), policies.Transient, "overloaded_error", 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := startBounded(t, retracetest.Always(tc.fault), session.Limits{}, policies.RetryConfig{})
+			_, err := b.s.Run(context.Background(), "hi")
+			require.Error(t, err)
+			c := policies.Classify(err)
+			assert.Equal(t, tc.class, c.Class, c.Reason)
+			assert.Equal(t, tc.typ, c.Type)
+			assert.Equal(t, tc.requests, b.srv.Requests())
+		})
+	}
+}
