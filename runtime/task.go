@@ -44,7 +44,7 @@ type TaskConfig struct {
 	// Store keeps the checkpoints; nil keeps none (the task cannot resume).
 	Store Store
 	// Retry is each step's retry; a zero MaxAttempts means
-	// policies.RuntimeRetry.
+	// policies.RuntimeRetry, field by field (what else is set is kept).
 	Retry policies.RetryConfig
 	// Options configure the task's and steps' spans and clock.
 	Options []middleware.Option
@@ -85,11 +85,9 @@ func (r *TaskReport) Failed() []int {
 // retries run out stops the task unrecorded, to be tried again on the next
 // run.
 func RunTask(ctx context.Context, task Task, cfg TaskConfig) (*TaskReport, error) {
-	if cfg.Retry.MaxAttempts == 0 {
-		clk := cfg.Retry.Clock
-		cfg.Retry = policies.RuntimeRetry
-		cfg.Retry.Clock = clk
-	}
+	// Field by field, as every layer fills its preset: a classifier, clock,
+	// jitter source or budget the caller set is kept.
+	cfg.Retry = cfg.Retry.OrPreset(policies.RuntimeRetry)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}

@@ -275,3 +275,23 @@ func TestTaskCheckpointHoldsNoSecrets(t *testing.T) {
 		})
 	}
 }
+
+// A step retry that leaves MaxAttempts zero takes RuntimeRetry field by
+// field: the classifier it sets is kept, so a rule that makes an error
+// Permanent stops the step after one call, not RuntimeRetry's three.
+func TestTaskRetryPresetKeepsTheClassifier(t *testing.T) {
+	calls := map[int]int{}
+	task := runtime.Task{ID: "t", Steps: steps(1, calls, func(int, int) error { return errors.New("vendor: account locked") })}
+	cfg := taskConfig(&memStore{})
+	cfg.Retry = policies.RetryConfig{
+		Classifier: policies.NewClassifier(func(err error) (policies.Classification, bool) {
+			return policies.Classification{Class: policies.Permanent, Reason: "locked"}, err.Error() == "vendor: account locked"
+		}),
+		Clock: cfg.Retry.Clock,
+	}
+	rep, err := runtime.RunTask(context.Background(), task, cfg)
+	require.NoError(t, err, "a permanent failure is recorded, and the task goes on")
+	assert.Equal(t, 1, calls[1], "the rule the retry was given decided")
+	require.Len(t, rep.Steps, 1)
+	assert.Equal(t, runtime.StepFailed, rep.Steps[0].Status)
+}

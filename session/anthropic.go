@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -138,6 +139,7 @@ func (p *Anthropic) Stream(ctx context.Context, req Request, onDelta func(Delta)
 		acc     anthropic.Message
 		stopped bool
 	)
+	var args map[int64]*strings.Builder // each tool_use block's arguments as the model streamed them
 	for stream.Next() {
 		ev := stream.Current()
 		if err := acc.Accumulate(ev); err != nil {
@@ -147,6 +149,17 @@ func (p *Anthropic) Stream(ctx context.Context, req Request, onDelta func(Delta)
 		case "content_block_delta":
 			if ev.Delta.Type == "text_delta" && ev.Delta.Text != "" && onDelta != nil {
 				onDelta(Delta{Text: ev.Delta.Text})
+			}
+			if ev.Delta.Type == "input_json_delta" {
+				if args == nil {
+					args = map[int64]*strings.Builder{}
+				}
+				b := args[ev.Index]
+				if b == nil {
+					b = &strings.Builder{}
+					args[ev.Index] = b
+				}
+				b.WriteString(ev.Delta.PartialJSON)
 			}
 		case "message_stop":
 			stopped = true
@@ -165,12 +178,19 @@ func (p *Anthropic) Stream(ctx context.Context, req Request, onDelta func(Delta)
 		InputTokens:  int(acc.Usage.InputTokens + acc.Usage.CacheCreationInputTokens + acc.Usage.CacheReadInputTokens),
 		OutputTokens: int(acc.Usage.OutputTokens),
 	}}
-	for _, b := range acc.Content {
+	for i, b := range acc.Content {
 		switch b.Type {
 		case "text":
 			msg.Content += b.Text
 		case "tool_use":
-			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: b.ID, Name: b.Name, Arguments: string(b.Input)})
+			arguments := string(b.Input)
+			if raw, ok := args[int64(i)]; ok && !json.Valid([]byte(raw.String())) {
+				// The accumulator makes garbled arguments "{}": the tool must
+				// see what the model sent, and refuse it as invalid
+				// arguments, so that the model is told to fix them.
+				arguments = raw.String()
+			}
+			msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: b.ID, Name: b.Name, Arguments: arguments})
 		}
 	}
 	msg.Model, msg.ResponseID = string(acc.Model), acc.ID // the model that answered, which the session names if empty

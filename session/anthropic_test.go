@@ -23,6 +23,7 @@ import (
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/session"
 	"github.com/retrace-go/retrace/telemetry"
+	"github.com/retrace-go/retrace/tool"
 )
 
 const anthropicKey = "sk-ant-test-0123456789abcdefghij"
@@ -487,4 +488,19 @@ func ExampleNewAnthropic() {
 	msg, err := s.Run(context.Background(), "status?")
 	fmt.Println(msg.Content, err, srv.Requests())
 	// Output: All systems nominal. <nil> 2
+}
+
+// Tool arguments the model garbled reach the tool as they were sent, so
+// that the tool refuses them as invalid arguments, not as "{}".
+func TestAnthropicGarbledToolArguments(t *testing.T) {
+	_, p := anthropicServer(t, retracetest.Always(retracetest.CallTools(retracetest.ToolCall{Name: "search_docs", Arguments: `{"query": "pay`})), nil)
+	msg, err := p.Stream(context.Background(), session.Request{Model: "claude-test", Messages: []session.Message{{Role: session.User, Content: "hi"}}}, nil)
+	require.NoError(t, err)
+	require.Len(t, msg.ToolCalls, 1)
+	assert.Equal(t, `{"query": "pay`, msg.ToolCalls[0].Arguments)
+
+	search := tool.New("search_docs", func(context.Context, struct{ Query string }) (string, error) { return "found", nil }, tool.Config{})
+	res := search.Invoke(context.Background(), msg.ToolCalls[0].Arguments)
+	require.NotNil(t, res.Failure)
+	assert.Contains(t, res.Failure.Hint, "the arguments were not valid")
 }

@@ -124,6 +124,11 @@ func InferenceLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req
 func ModelLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
 	in = in.withDefaults()
 	opts := append([]middleware.Option{}, in.Options...)
+	if in.Retry.Classifier != nil {
+		// The logical call's classifier judges its attempts too, so that a
+		// failure has one class on the attempt's spans and the call's.
+		opts = append(opts, middleware.WithClassifier(in.Retry.Classifier))
+	}
 	switch {
 	case in.InnerName != "" && in.InnerAttempts > 1:
 		opts = append(opts, middleware.WithInnerRetries(in.InnerName, in.InnerAttempts))

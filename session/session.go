@@ -352,6 +352,13 @@ func (s *Session) streamer(p Provider) middleware.Handler[Request, Message] {
 		if err != nil {
 			return msg, err
 		}
+		if msg.Role != Assistant {
+			// A Provider answers with an assistant message or an error: a
+			// message of another role would be stored in the history and
+			// refused by the next request. It is the provider's bug.
+			return Message{}, &policies.Error{Class: policies.Programming, Type: "provider_contract",
+				Err: fmt.Errorf("session: the provider %q answered without an error but with a message of role %q, not %q", p.Name(), msg.Role, Assistant)}
+		}
 		if msg.FirstChunk == 0 {
 			msg.FirstChunk = first
 		}
