@@ -1,39 +1,23 @@
 package retracegenkit
 
-import (
-	"errors"
-	"net/http"
+import "github.com/retrace-go/retrace/policies"
 
-	"github.com/openai/openai-go"
+// Classifier returns the default classifier.
+//
+// Deprecated: the default rules (policies.Classify) decode openai-go's
+// *openai.Error wherever it is in an error's chain, as in the status error
+// genkit's OpenAI-compatible plugins wrap it in, and every layer applies
+// them without a classifier; [New] no longer installs one.
+func Classifier() *policies.Classifier { return policies.NewClassifier() }
 
-	"github.com/retrace-go/retrace/middleware"
-	"github.com/retrace-go/retrace/policies"
-)
-
-// Classifier is the default classifier with a rule for the errors genkit's
-// OpenAI-compatible plugins return: genkit wraps openai-go's *openai.Error
-// in a status error whose text says little ("UNAVAILABLE: …"), so the rule
-// reads the provider's own answer instead (status, code, message and
-// Retry-After), and classifies it as retrace classifies any provider's.
-// [New] sets it on every layer; a classifier in Config.Options wins.
-func Classifier() *policies.Classifier { return policies.NewClassifier(OpenAIRule) }
-
-// OpenAIRule classifies an openai-go (v1) *openai.Error anywhere in err's
-// chain as the provider's answer, a *policies.APIError.
+// OpenAIRule classifies an error that carries a provider's answer (an
+// openai-go *openai.Error, or any answer policies.AsAPIError decodes) as the
+// default rules classify it, and reports false for the rest.
+//
+// Deprecated: the default rules classify these errors; no rule is needed.
 func OpenAIRule(err error) (policies.Classification, bool) {
-	var oe *openai.Error
-	if !errors.As(err, &oe) || oe == nil || oe.StatusCode == 0 {
+	if _, ok := policies.AsAPIError(err); !ok {
 		return policies.Classification{}, false
 	}
-	resp := &http.Response{StatusCode: oe.StatusCode, Header: http.Header{}}
-	if oe.Response != nil {
-		resp.Header = oe.Response.Header
-	}
-	api := middleware.APIErrorFrom(resp) // status and Retry-After; the SDK has read the body
-	api.Message = oe.Message
-	api.Code = oe.Code
-	if api.Code == "" {
-		api.Code = oe.Type
-	}
-	return policies.Classify(api), true
+	return policies.Classify(err), true
 }

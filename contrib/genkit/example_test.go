@@ -19,8 +19,9 @@ import (
 
 // A genkit agent whose provider answers 503 twice: retrace's session layer
 // retries the model call and the agent answers. The lines marked "retrace"
-// are all the user code retrace needs (the third only to see each HTTP
-// request and the SDK's own retries).
+// are all the user code retrace needs (the SDK middleware only to see each
+// HTTP request and the SDK's own retries). The middleware may be made per
+// request: the Plugin keeps what must outlive one.
 func Example() {
 	// The provider: a local fault server, 503 twice, then an answer.
 	srv := retracetest.New(retracetest.Sequence(
@@ -42,7 +43,7 @@ func Example() {
 			option.WithHTTPClient(&http.Client{Transport: tr}),
 			option.WithMaxRetries(0), option.WithMiddleware(middleware.SDK("openai-go", 0)), // retrace (optional)
 		},
-	}))
+	}, &retracegenkit.Plugin{})) // retrace: the tools' breakers, kept by g
 
 	// The example's backoffs pass at once; a program leaves the clock out.
 	clk := middleware.WithClock(clock.NewVirtual(time.Unix(0, 0)))

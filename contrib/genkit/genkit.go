@@ -4,28 +4,48 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/firebase/genkit/go/ai"
+	"github.com/firebase/genkit/go/genkit"
 	gkmw "github.com/firebase/genkit/go/plugins/middleware"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
+	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/tool"
 )
 
-// Config configures the middleware. The zero value is retrace's defaults:
-// model calls retried as a session retries them (policies.SessionRetry),
-// tool calls under tool.New's governance (policies.ToolRetry, a breaker
+// Config configures the middleware. The zero value is the governance
+// retrace's own agent layers have: the defaults of [session.Inference] for
+// each model call (SessionRetry around it, a 2-minute timeout on each
+// attempt), and tool.Config's defaults for every tool (ToolRetry, a breaker
 // per tool, a bulkhead of 8).
 type Config struct {
-	// Retry is the model call's retry; a zero MaxAttempts means
-	// policies.SessionRetry (4 attempts, the first included).
+	// Model and Provider name the model calls' inference spans
+	// ("chat {Model}", gen_ai.request.model, gen_ai.provider.name); Provider
+	// is also the agent span's gen_ai.provider.name. An empty one is read
+	// from the model genkit calls ("openai/gpt-4o": provider "openai", model
+	// "gpt-4o"), which each Generate names in its options.
+	Model    string
+	Provider string
+	// Agent is the agent's name: the agent span is "invoke_agent {Agent}",
+	// with gen_ai.agent.name; empty → "invoke_agent", without it.
+	Agent string
+	// Retry is the retry of each model call, around its attempts; a zero
+	// MaxAttempts means policies.SessionRetry (4 attempts, the first
+	// included), as in session.Inference.
 	Retry policies.RetryConfig
+	// ModelTimeout bounds each model attempt; 0 → session.DefaultModelTimeout
+	// (2 minutes).
+	ModelTimeout time.Duration
 	// Tool governs every tool call, each tool with a breaker of its own
 	// (named after the tool unless Tool.Breaker.Name is set). Its Options
-	// are added to Options for the tool layers.
+	// are added to Options for the tool layers. Without Tool.Breaker.State,
+	// the breakers keep their state in the [Plugin] registered on the genkit
+	// instance, if there is one, else in the Middleware.
 	Tool tool.Config
 	// Options configure every layer retrace adds: tracer and meter
 	// providers, clock, classifier.
@@ -33,31 +53,39 @@ type Config struct {
 }
 
 // Middleware is an ai.Middleware that runs a Generate call through retrace:
-// the whole tool loop is one "agent" layer (span "invoke_agent"), each
-// model call a retrying "session" layer, each tool call a governed "tool"
-// layer. Its breakers and their state are shared by every Generate call it
-// is used in. It is safe for concurrent use.
+// the whole tool loop is one agent layer (span "invoke_agent"), each model
+// call an inference layer ("chat {model}", retrying) over a model layer per
+// attempt, each tool call a governed "tool" layer. It is safe for
+// concurrent use.
+//
+// Genkit calls New on the very value given to ai.WithUse, once per
+// Generate, without copying it: the layers the Middleware builds, and the
+// breakers of its tools, are shared by every Generate it is given to. Where
+// the genkit instance has a [Plugin], the breakers keep their state there
+// instead, so that a Middleware made per request, as in
+//
+//	resp, err := genkit.Generate(ctx, g, ai.WithUse(retracegenkit.New(cfg)), …)
+//
+// still finds every tool's breaker as the requests before it left it. A
+// tool's bulkhead (Tool.MaxConcurrent) bounds the calls made through one
+// Middleware value: share one to bound them across requests.
 type Middleware struct {
-	cfg    Config
-	opts   []middleware.Option // Options, with the classifier of genkit's errors first
+	cfg Config
+
 	mu     sync.Mutex
-	agents map[int]middleware.Handler[generateCall, *ai.ModelResponse]
-	models map[inner]middleware.Handler[modelCall, *ai.ModelResponse]
-	tools  map[string]*tool.Tool
+	agents map[agentKey]middleware.Handler[generateCall, *ai.ModelResponse]
+	models map[modelKey]middleware.Handler[modelCall, answer]
+	tools  map[toolKey]*tool.Tool
 }
 
 // New returns the middleware; pass it to ai.WithUse, first, so that its
 // hooks enclose genkit's own middleware and name them in the trace.
 func New(cfg Config) *Middleware {
-	cfg.Retry = cfg.Retry.OrPreset(policies.SessionRetry)
-	// A classifier given in Options comes later and wins.
-	opts := append([]middleware.Option{middleware.WithClassifier(Classifier())}, cfg.Options...)
 	return &Middleware{
 		cfg:    cfg,
-		opts:   opts,
-		agents: map[int]middleware.Handler[generateCall, *ai.ModelResponse]{},
-		models: map[inner]middleware.Handler[modelCall, *ai.ModelResponse]{},
-		tools:  map[string]*tool.Tool{},
+		agents: map[agentKey]middleware.Handler[generateCall, *ai.ModelResponse]{},
+		models: map[modelKey]middleware.Handler[modelCall, answer]{},
+		tools:  map[toolKey]*tool.Tool{},
 	}
 }
 
@@ -65,17 +93,34 @@ func New(cfg Config) *Middleware {
 func (m *Middleware) Name() string { return "retrace" }
 
 // New implements ai.Middleware: the hooks of one Generate call.
-func (m *Middleware) New(context.Context) (*ai.Hooks, error) {
-	g := &generation{m: m}
-	return &ai.Hooks{WrapGenerate: g.wrapGenerate, WrapModel: g.wrapModel, WrapTool: m.wrapTool}, nil
+func (m *Middleware) New(ctx context.Context) (*ai.Hooks, error) {
+	g := &generation{m: m, breakers: breakerState(ctx)}
+	return &ai.Hooks{WrapGenerate: g.wrapGenerate, WrapModel: g.wrapModel, WrapTool: g.wrapTool}, nil
 }
 
-// generation is one Generate call's state: what genkit middleware its model
-// calls pass through beneath retrace's, found when its first iteration starts.
+// breakerState is the state the tools' breakers keep when the genkit
+// instance that runs the Generate has a [Plugin], nil otherwise.
+func breakerState(ctx context.Context) *policies.MemoryState {
+	g := genkit.FromContext(ctx)
+	if g == nil {
+		return nil
+	}
+	if p, ok := genkit.LookupPlugin(g, pluginName).(*Plugin); ok && p != nil {
+		return p.state()
+	}
+	return nil
+}
+
+// generation is one Generate call's state: the model it calls and what
+// genkit middleware its model calls pass through beneath retrace's, found
+// when its first iteration starts, and where its tools' breakers keep their
+// state.
 type generation struct {
-	m     *Middleware
-	inner inner // genkit's retries beneath retrace's model hook
-	outer inner // genkit's Retry around it
+	m        *Middleware
+	breakers *policies.MemoryState
+	model    string // the model's name, genkit's "provider/model"
+	inner    inner  // genkit's retries beneath retrace's model hook
+	outer    inner  // genkit's Retry around it
 
 	mu      sync.Mutex
 	loopOf  context.Context // the context the outer Retry calls the hook with
@@ -97,11 +142,6 @@ type generateCall struct {
 	next   ai.GenerateNext
 }
 
-type modelCall struct {
-	params *ai.ModelParams
-	next   ai.ModelNext
-}
-
 // wrapGenerate runs the tool loop as one agent layer. Genkit calls the hook
 // once per iteration, each iteration inside the one before it, so the first
 // opens the layer and each later one marks a step of it.
@@ -112,12 +152,30 @@ func (g *generation) wrapGenerate(ctx context.Context, p *ai.GenerateParams, nex
 	}
 	maxTurns := 5 // genkit's default
 	if p.Options != nil {
+		g.model = p.Options.Model
 		g.outer, g.inner = around(g.m, p.Options.Use)
 		if p.Options.MaxTurns > 0 {
 			maxTurns = p.Options.MaxTurns
 		}
 	}
-	return g.m.agent(maxTurns)(ctx, generateCall{params: p, next: next})
+	_, provider := g.m.names(g.model)
+	return g.m.agent(agentKey{maxTurns: maxTurns, provider: provider})(ctx, generateCall{params: p, next: next})
+}
+
+// names is the model and provider the spans name: Config's, else those of
+// genkit's "provider/model" name.
+func (m *Middleware) names(full string) (model, provider string) {
+	provider, model, ok := strings.Cut(full, "/")
+	if !ok {
+		provider, model = "", full
+	}
+	if m.cfg.Model != "" {
+		model = m.cfg.Model
+	}
+	if m.cfg.Provider != "" {
+		provider = m.cfg.Provider
+	}
+	return model, provider
 }
 
 // around finds genkit's Retry and Fallback in use, before m (outer: only a
@@ -175,30 +233,41 @@ func retryAttempts(r *gkmw.Retry) int {
 	return 4
 }
 
-func (m *Middleware) agent(maxTurns int) middleware.Handler[generateCall, *ai.ModelResponse] {
+// agentKey is what an agent layer is built for.
+type agentKey struct {
+	maxTurns int
+	provider string
+}
+
+func (m *Middleware) agent(k agentKey) middleware.Handler[generateCall, *ai.ModelResponse] {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if h, ok := m.agents[maxTurns]; ok {
+	if h, ok := m.agents[k]; ok {
 		return h
 	}
 	// A loop of maxTurns turns makes up to maxTurns+1 model calls: the last
 	// answers or fails with "exceeded maximum tool call iterations".
-	opts := append(append([]middleware.Option{}, m.opts...),
-		middleware.WithSpanName("invoke_agent"),
-		middleware.WithAttributes(telemetry.GenAIOperation.String("invoke_agent")),
-		middleware.WithSteps(maxTurns+1))
-	h := middleware.PoliciesWith[generateCall, *ai.ModelResponse]("agent", opts)(
+	h := runtime.AgentLayer[generateCall, *ai.ModelResponse](m.cfg.Agent, k.provider, k.maxTurns+1, m.cfg.Options...)(
 		func(ctx context.Context, c generateCall) (*ai.ModelResponse, error) { return c.next(ctx, c.params) })
-	m.agents[maxTurns] = h
+	m.agents[k] = h
 	return h
 }
 
-// wrapModel runs one model call through the session layer's retry.
+// wrapModel runs one model call through the inference layers, and hands the
+// streaming callback the chunks of the attempt that answered, once it has.
 func (g *generation) wrapModel(ctx context.Context, p *ai.ModelParams, next ai.ModelNext) (*ai.ModelResponse, error) {
 	if g.outer.name != "" {
 		ctx = g.withinOuter(ctx)
 	}
-	return g.m.model(g.inner)(ctx, modelCall{params: p, next: next})
+	model, provider := g.m.names(g.model)
+	a, err := g.m.inference(modelKey{model: model, provider: provider, inner: g.inner})(streamed(ctx, p), modelCall{params: p, next: next})
+	if err != nil {
+		return nil, genkitError(err)
+	}
+	if err := a.deliver(ctx, p.Callback); err != nil {
+		return nil, err
+	}
+	return a.resp, nil
 }
 
 // withinOuter places the call inside genkit's Retry loop around the hook.
@@ -215,24 +284,6 @@ func (g *generation) withinOuter(ctx context.Context) context.Context {
 		g.loopOf, g.loopCtx = ctx, middleware.WithinRetry(ctx, g.outer.name, g.outer.attempts)
 	}
 	return g.loopCtx
-}
-
-func (m *Middleware) model(in inner) middleware.Handler[modelCall, *ai.ModelResponse] {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if h, ok := m.models[in]; ok {
-		return h
-	}
-	opts := append([]middleware.Option{}, m.opts...)
-	if in.name != "" {
-		// Each of retrace's attempts is up to in.attempts provider calls.
-		opts = append(opts, middleware.WithInnerRetries(in.name, in.attempts))
-	}
-	h := middleware.PoliciesWith[modelCall, *ai.ModelResponse]("session", opts,
-		policies.NewRetry[*ai.ModelResponse](m.cfg.Retry))(
-		func(ctx context.Context, c modelCall) (*ai.ModelResponse, error) { return c.next(ctx, c.params) })
-	m.models[in] = h
-	return h
 }
 
 // toolCall carries one genkit tool call through the tool's chain, which is
@@ -254,12 +305,12 @@ var errInterrupt = &policies.Error{Class: policies.Permanent, Type: "interrupt",
 // Generate when a tool returns an error, so a failure the chain gives up on
 // reaches the model as the tool's output, {"error": {…}}, saying whether and
 // when to try again; intermediate retries never reach it.
-func (m *Middleware) wrapTool(ctx context.Context, p *ai.ToolParams, next ai.ToolNext) (*ai.MultipartToolResponse, error) {
+func (g *generation) wrapTool(ctx context.Context, p *ai.ToolParams, next ai.ToolNext) (*ai.MultipartToolResponse, error) {
 	if p == nil || p.Tool == nil {
 		return next(ctx, p)
 	}
 	c := &toolCall{params: p, next: next}
-	res := m.tool(p.Tool.Name()).Invoke(context.WithValue(ctx, toolCallKey{}, c), "")
+	res := g.m.tool(p.Tool.Name(), g.breakers).Invoke(context.WithValue(ctx, toolCallKey{}, c), "")
 	switch {
 	case c.interrupt != nil:
 		return nil, c.interrupt
@@ -269,16 +320,30 @@ func (m *Middleware) wrapTool(ctx context.Context, p *ai.ToolParams, next ai.Too
 	return c.resp, nil
 }
 
-func (m *Middleware) tool(name string) *tool.Tool {
+// toolKey is what a governed tool is built for: its name, and the state its
+// breaker keeps (a Plugin's), nil for the tool's own.
+type toolKey struct {
+	name  string
+	state *policies.MemoryState
+}
+
+func (m *Middleware) tool(name string, state *policies.MemoryState) *tool.Tool {
+	cfg := m.cfg.Tool
+	if cfg.Breaker.State != nil {
+		state = nil // the user's own State holds the breaker
+	}
+	k := toolKey{name: name, state: state}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if t, ok := m.tools[name]; ok {
+	if t, ok := m.tools[k]; ok {
 		return t
 	}
-	cfg := m.cfg.Tool
-	cfg.Options = append(append([]middleware.Option{}, m.opts...), cfg.Options...)
+	if state != nil {
+		cfg.Breaker.State = state
+	}
+	cfg.Options = append(append([]middleware.Option{}, m.cfg.Options...), cfg.Options...)
 	t := tool.New(name, runTool, cfg)
-	m.tools[name] = t
+	m.tools[k] = t
 	return t
 }
 

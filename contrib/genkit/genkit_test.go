@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/firebase/genkit/go/ai"
+	"github.com/firebase/genkit/go/core/api"
 	"github.com/firebase/genkit/go/genkit"
 	"github.com/firebase/genkit/go/plugins/compat_oai"
 	gkmw "github.com/firebase/genkit/go/plugins/middleware"
@@ -53,6 +54,18 @@ type stack struct {
 // request a span (middleware.SDK).
 func newStack(t *testing.T, script retracetest.Script, sdkRetries int) *stack {
 	t.Helper()
+	return newStackWith(t, script, stackConfig{sdkRetries: sdkRetries})
+}
+
+// stackConfig is how a stack's genkit instance is made.
+type stackConfig struct {
+	sdkRetries int
+	noSDK      bool         // leave middleware.SDK out of the client: the model call is the leaf
+	plugins    []api.Plugin // more plugins for genkit.Init (retracegenkit.Plugin)
+}
+
+func newStackWith(t *testing.T, script retracetest.Script, sc stackConfig) *stack {
+	t.Helper()
 	srv := retracetest.New(script)
 	require.NoError(t, srv.Start())
 	t.Cleanup(srv.Close)
@@ -69,19 +82,18 @@ func newStack(t *testing.T, script retracetest.Script, sdkRetries int) *stack {
 	opts := []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections)
+	reqOpts := []option.RequestOption{option.WithHTTPClient(&http.Client{Transport: tr}), option.WithMaxRetries(sc.sdkRetries)}
+	if !sc.noSDK {
+		reqOpts = append(reqOpts, option.WithMiddleware(middleware.SDK("openai-go", sc.sdkRetries, opts...)))
+	}
 	plugin := &compat_oai.OpenAICompatible{
-		Provider: "fault", BaseURL: srv.URL(), APIKey: "sk-test-0000000000000000",
-		Opts: []option.RequestOption{
-			option.WithHTTPClient(&http.Client{Transport: tr}),
-			option.WithMaxRetries(sdkRetries),
-			option.WithMiddleware(middleware.SDK("openai-go", sdkRetries, opts...)),
-		},
+		Provider: "fault", BaseURL: srv.URL(), APIKey: "sk-test-0000000000000000", Opts: reqOpts,
 	}
 	// genkit.Init watches for SIGINT and SIGTERM until its context ends
 	// (signal.NotifyContext, whose stop it drops): the test ends it.
 	initCtx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
-	g := genkit.Init(initCtx, genkit.WithPlugins(plugin))
+	g := genkit.Init(initCtx, genkit.WithPlugins(append([]api.Plugin{plugin}, sc.plugins...)...))
 	return &stack{srv: srv, rec: rec, g: g, opts: opts, clk: clk}
 }
 
@@ -235,7 +247,7 @@ func TestGenkitRetryOutside(t *testing.T) {
 	assert.Equal(t, "72", worst, "6 model calls × genkit.Retry(3) × session(4)")
 	sessions := 0
 	for _, sp := range tr.spans {
-		if sp.Name() == "session" {
+		if layer, _ := attr(sp, string(telemetry.Layer)); layer == "session" {
 			sessions++
 			depth, _ := attr(sp, string(telemetry.RetryDepth))
 			assert.Equal(t, "1", depth, "genkit's Retry encloses each session call")
