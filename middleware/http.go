@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -163,6 +164,9 @@ func (t *transport) roundTrip(req *http.Request, next func(*http.Request) (*http
 			f.root.learn(creds)
 		}
 	}
+	if err := resendRefused(ctx); err != nil {
+		return nil, err
+	}
 	x := &exchange{next: next}
 	resp, err := t.h(context.WithValue(ctx, exchangeKey{}, x), req)
 	var hf *httpFailure
@@ -184,6 +188,27 @@ func (t *transport) roundTrip(req *http.Request, next func(*http.Request) (*http
 	}
 	wrapBody(req.Context(), resp, x.end, x.event)
 	return resp, nil
+}
+
+// resendRefused is the error of a request that must not be sent: beneath a
+// layer that declared the retry loop its handler runs (WithInnerAttempts,
+// WithInnerRetries: an SDK's, or a framework's such as genkit's Retry), the
+// requests are that loop's attempts of one request, and one of them already
+// failed in a way no resend can fix (a spent quota, a rejected key). A loop
+// that retrace does not drive, and that reads no x-should-retry, is kept
+// from sending it again: the provider sees one request, and the loop gets
+// the same class back at once, without a request.
+func resendRefused(ctx context.Context) error {
+	f := frameFrom(ctx)
+	if f == nil || !f.perAttempt {
+		return nil
+	}
+	cls := f.failedBeneath.Load()
+	if cls == nil || cls.Class.Retryable() || cls.Class == policies.Canceled || cls.Class == policies.Unknown {
+		return nil
+	}
+	return &policies.Error{Class: cls.Class, Type: cls.Type, RetryAfter: cls.RetryAfter,
+		Err: fmt.Errorf("not sent: an earlier attempt of this request failed (%s %s) and no resend can succeed", cls.Class, cls.Type)}
 }
 
 // shouldRetry is the response header in which a server, or a middleware

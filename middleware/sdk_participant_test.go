@@ -317,3 +317,45 @@ func TestFailureBeneathCarriedUp(t *testing.T) {
 		assert.Equal(t, policies.Unknown, policies.Classify(err).Class)
 	})
 }
+
+// Beneath a layer that declared the retry loop its handler runs (a
+// framework's, which reads no x-should-retry), the loop's resend of a
+// request that failed fatally is not sent: the provider sees one request,
+// the loop gets the same class back at once. A transient failure is the
+// loop's to retry.
+func TestDeclaredInnerLoopResendsNothingThatCannotSucceed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		fault    retracetest.Fault
+		requests int
+		class    policies.Class
+	}{
+		{"quota", retracetest.InsufficientQuota(), 1, policies.Fatal},
+		{"invalid key", retracetest.InvalidAPIKey(), 1, policies.Permanent},
+		{"503", down503(), 3, policies.Transient},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := started(t, retracetest.Always(tc.fault))
+			rec, tp := recorder(t)
+			client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
+				option.WithMaxRetries(0), option.WithMiddleware(middleware.SDK("openai-go", 0)))
+			layer := middleware.PoliciesWith[string, string]("model", []middleware.Option{tp, middleware.WithInnerRetries("fw.Retry", 3)})
+			_, err := layer(func(ctx context.Context, prompt string) (string, error) {
+				var err error
+				for range 3 { // the framework's loop: it retries whatever fails
+					if _, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+						Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
+					}); err == nil {
+						return "ok", nil
+					}
+				}
+				return "", err
+			})(context.Background(), "hello")
+			require.Error(t, err)
+			assert.Equal(t, tc.requests, srv.Requests())
+			c := policies.Classify(err)
+			assert.Equal(t, tc.class, c.Class, c.Reason)
+			require.NoError(t, srv.CheckCounts(rec.Ended()))
+		})
+	}
+}
