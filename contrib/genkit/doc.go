@@ -54,10 +54,12 @@
 // model hook: each model attempt is up to MaxRetries+1 model calls, declared
 // as the model layer's inner attempts, so the nested-retry event reads
 // "session(4) × genkit.Retry(4)". There it decides on compat_oai's own
-// status, before retrace sees the error: a spent quota (RESOURCE_EXHAUSTED,
-// as a rate limit is) is resent MaxRetries times, and a stream it restarts
-// sends its chunks to the callback again; list it before retrace's
-// middleware, or leave it out. A Fallback listed after retrace counts as
+// status, before retrace sees the error, and calls again on a spent quota
+// (RESOURCE_EXHAUSTED, as a rate limit is); with middleware.SDK in the
+// client those calls are not sent (a resend of what cannot succeed, beneath
+// a declared inner loop, is refused before it leaves), so the provider sees
+// one request, but a stream it restarts sends its chunks to the callback
+// again: list it before retrace's middleware, or leave it out. A Fallback listed after retrace counts as
 // 1+len(Models) calls per attempt; listed before it, its other models' calls
 // bypass retrace's model hook. The plugin's SDK may retry too: compat_oai
 // leaves openai-go's default of 2 retries on. Put middleware.SDK in the
