@@ -150,6 +150,10 @@ func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 		return Decision{Outcome: OutcomeRejected}
 	case !r.Retryable(f.Class):
 		return Decision{Outcome: StopOutcome(f.Class)}
+	case n >= r.MaxAttempts && f.Held:
+		// The last attempt was refused by a breaker beneath: the call did
+		// not run out of attempts on the downstream, it was kept from it.
+		return Decision{Outcome: OutcomeRejected, Why: "a circuit beneath refused the last attempt"}
 	case n >= r.MaxAttempts:
 		return Decision{Outcome: OutcomeFailedExhausted}
 	}
@@ -179,6 +183,12 @@ func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 		}
 	}
 	var use StateUse
+	if f.Held {
+		// A refused attempt reached nothing: its retry is not one the
+		// budgets bound (they bound what retries cost the downstream), and
+		// the attempts it may take are still the layer's MaxAttempts.
+		return Decision{Retry: true, Delay: delay}
+	}
 	if b := BudgetFrom(ctx); b != nil {
 		ok, u := DrawFrom(ctx, b)
 		if use = u; !ok {

@@ -47,3 +47,38 @@ func TestRatePermitCoversTheRetry(t *testing.T) {
 	assert.Equal(t, 2, r.acquired)
 	assert.Zero(t, r.held, "every permit released")
 }
+
+// refused is an attempter whose every attempt a breaker beneath refuses.
+type refused struct{ n int }
+
+func (a *refused) Attempt(context.Context, int, time.Duration) (int, error) {
+	a.n++
+	return 0, errors.New("circuit open")
+}
+func (a *refused) Judge(context.Context, error) Failure { return Failure{Class: Transient, Held: true} }
+func (a *refused) Done(int, error, Decision)            {}
+
+type countBudget struct{ drawn, limit int }
+
+func (b *countBudget) TryDraw() bool {
+	if b.drawn >= b.limit {
+		return false
+	}
+	b.drawn++
+	return true
+}
+func (b *countBudget) Limit() int { return b.limit }
+
+// Attempts a breaker beneath refused reached nothing: their retries draw
+// nothing from the task budget or a rate budget, and a call whose last
+// attempt was refused ends rejected, not failed_exhausted.
+func TestRefusedAttemptsAreNotExhaustion(t *testing.T) {
+	b := &countBudget{limit: 1}
+	r := &rate{}
+	a := &refused{}
+	_, rep := Do[int](WithBudget(context.Background(), b), &Retry{MaxAttempts: 3, Rate: r}, nil, a)
+	assert.Equal(t, 3, a.n, "the layer's attempts, whatever the budget")
+	assert.Equal(t, OutcomeRejected, rep.Outcome)
+	assert.Zero(t, b.drawn, "no retry drawn from the task budget")
+	assert.Zero(t, r.acquired, "nor from the rate budget")
+}
