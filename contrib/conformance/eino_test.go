@@ -18,7 +18,10 @@ func init() {
 }
 
 // einoCall is an eino ChatModelAgent on eino-ext's OpenAI model, under
-// retrace's eino middleware, run as a stream: the README's eino lines.
+// retrace's eino middleware, run as a stream: the README's eino lines, but
+// with an HTTP client without middleware.Transport, so that the adapter's
+// own model call is the leaf and alone judges a stream's end (eino-ext's
+// stream reader ends as cleanly without [DONE] as with it).
 func einoCall(t *testing.T, ctx context.Context, srv *retracetest.Server, e env) (string, error) {
 	mw := retraceeino.New(retraceeino.Config{Model: "gpt-test", Provider: "openai", Clock: e.clk, Options: e.opts})
 	chat, err := openai.NewChatModel(ctx, &openai.ChatModelConfig{

@@ -6,22 +6,29 @@ import (
 	"github.com/cloudwego/eino/adk"
 
 	"github.com/retrace-go/retrace/middleware"
+	retraceruntime "github.com/retrace-go/retrace/runtime"
 )
 
-// Agent returns a that runs each run inside retrace's agent layer (an
-// "invoke_agent" span with MaxSteps steps), the root of the run's trace:
+// Agent returns a, running each run inside retrace's agent layer
+// (runtime.AgentLayer: the span "invoke_agent {name}" with
+// gen_ai.operation.name=invoke_agent, gen_ai.agent.name and
+// gen_ai.provider.name, and MaxSteps steps), the root of the run's trace:
 // its retrace.calls counts every provider request and tool call of the run,
 // and its retrace.calls.worst_case and nested-retry event include eino's own
-// model retry. Run the agent through it (adk.NewRunner(ctx,
-// adk.RunnerConfig{Agent: mw.Agent(agent)})). A resumable agent stays
-// resumable.
+// model retry. A failed run's root is classified as the failure beneath it
+// is: when eino's model retry gave up, by the last error it retried. Run
+// the agent through it (adk.NewRunner(ctx, adk.RunnerConfig{Agent:
+// mw.Agent(agent)})). A resumable agent stays resumable.
 //
 // Each run's events are forwarded as they come, by a goroutine that ends
 // when the run ends.
 func (h *Middleware) Agent(a adk.Agent) adk.Agent {
 	w := &agent{inner: a}
-	opts := append([]middleware.Option{middleware.WithSpanName("invoke_agent"), middleware.WithSteps(h.cfg.MaxSteps)}, h.cfg.Options...)
-	w.layer = middleware.PoliciesWith[func(context.Context) *adk.AsyncIterator[*adk.AgentEvent], struct{}]("agent", opts)(w.drain)
+	// An agent's name is fixed when it is made (ChatModelAgent ignores the
+	// context it is asked with).
+	name := a.Name(context.Background())
+	w.layer = retraceruntime.AgentLayer[func(context.Context) *adk.AsyncIterator[*adk.AgentEvent], struct{}](
+		name, h.cfg.Provider, h.cfg.MaxSteps, h.cfg.Options...)(w.drain)
 	if r, ok := a.(adk.ResumableAgent); ok {
 		return &resumableAgent{agent: w, inner: r}
 	}
@@ -57,14 +64,15 @@ func (a *agent) start(ctx context.Context, run func(context.Context) *adk.AsyncI
 }
 
 // drain is the agent layer's handler: the run, to its last event. The run
-// fails with the error of its last failed event.
+// fails with the error of its last failed event (see runFailure); the
+// events reach the caller unchanged.
 func (a *agent) drain(ctx context.Context, run func(context.Context) *adk.AsyncIterator[*adk.AgentEvent]) (struct{}, error) {
 	gen, _ := ctx.Value(runKey{}).(*adk.AsyncGenerator[*adk.AgentEvent])
 	var err error
 	for it := run(ctx); ; {
 		ev, ok := it.Next()
 		if !ok {
-			return struct{}{}, err
+			return struct{}{}, runFailure(err)
 		}
 		if ev != nil && ev.Err != nil {
 			err = ev.Err

@@ -2,12 +2,16 @@ package retraceeino_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/cloudwego/eino-ext/components/model/openai"
 	"github.com/cloudwego/eino/adk"
+	einotool "github.com/cloudwego/eino/components/tool"
+	"github.com/cloudwego/eino/components/tool/utils"
+	"github.com/cloudwego/eino/compose"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -72,6 +76,24 @@ func Example() {
 	_ = tp.Shutdown(ctx)
 	// Output:
 	// answer: Back off and batch.
-	// invoke_agent retrace.calls = 3
+	// invoke_agent oncall retrace.calls = 3
 	// provider requests: 3
+}
+
+// A tool whose failures the model should read in the tool's own words:
+// retrace's WrapToolWithErrorHandler, where eino's would hide every failure
+// from retrace (a run with eino's is refused). The tool is governed (its
+// retries, its breaker, its spans), and the handler words the final
+// failure.
+func ExampleWrapToolWithErrorHandler() {
+	search, err := utils.InferTool("search_docs", "Search the runbooks.", func(context.Context, struct{ Query string }) (string, error) {
+		return "", errors.New("the search index is rebuilding")
+	})
+	if err != nil {
+		panic(err)
+	}
+	handled := retraceeino.WrapToolWithErrorHandler(search, func(_ context.Context, err error) string {
+		return "search_docs is unavailable (" + err.Error() + "): answer from what you know"
+	})
+	_ = compose.ToolsNodeConfig{Tools: []einotool.BaseTool{handled}} // the agent's ToolsConfig
 }

@@ -1,34 +1,21 @@
 package retraceeino
 
 import (
-	"errors"
-	"fmt"
-
-	goopenai "github.com/meguminnnnnnnnn/go-openai"
-
 	"github.com/retrace-go/retrace/policies"
 )
 
 // OpenAIRule classifies the errors of eino-ext's OpenAI model
-// (github.com/cloudwego/eino-ext/components/model/openai): its client's
-// APIError and RequestError carry the HTTP status and the provider's code,
-// which the default rules read from a policies.APIError. The client does not
-// keep the response headers, so a Retry-After is not known here.
+// (github.com/cloudwego/eino-ext/components/model/openai) as a
+// policies.Rule: an error whose chain holds a provider's answer (its
+// client's APIError or RequestError) is classified as policies.Classify
+// classifies it, and any other is left to the rules after it.
+//
+// Deprecated: the default classification decodes those errors by their
+// shape ([policies.AsAPIError]), the same answer the same way whoever made
+// the call, so no rule is needed; Config.Classifier nil is the defaults.
 func OpenAIRule(err error) (policies.Classification, bool) {
-	var api *goopenai.APIError
-	if errors.As(err, &api) && api.HTTPStatusCode > 0 {
-		code := ""
-		if api.Code != nil {
-			code = fmt.Sprint(api.Code)
-		}
-		if code == "" {
-			code = api.Type
-		}
-		return policies.Classify(&policies.APIError{StatusCode: api.HTTPStatusCode, Code: code, Message: api.Message}), true
+	if _, ok := policies.AsAPIError(err); !ok {
+		return policies.Classification{}, false
 	}
-	var req *goopenai.RequestError
-	if errors.As(err, &req) && req.HTTPStatusCode > 0 {
-		return policies.Classify(&policies.APIError{StatusCode: req.HTTPStatusCode, Message: string(req.Body)}), true
-	}
-	return policies.Classification{}, false
+	return policies.Classify(err), true
 }
