@@ -52,6 +52,12 @@ type BreakerConfig struct {
 	// SuccessThreshold is the number of successful probes that close the
 	// breaker; 0 → 1, at most HalfOpenProbes.
 	SuccessThreshold int
+	// ProbeLease is how long a half-open probe holds its slot: a probe whose
+	// end is never recorded (its worker died, the shared State lost the
+	// record of it, the call hangs) lets another probe through once its
+	// lease has passed, so that a lost probe never holds the breaker, or a
+	// fleet sharing it, half open for good; 0 → Delay.
+	ProbeLease time.Duration
 	// Classifier decides which failures count; nil → the layer's
 	// (middleware.WithClassifier), else the default rules. Only Transient
 	// failures count; Canceled, Programming and Unknown ones are ignored; the
@@ -127,6 +133,9 @@ func NewCircuitBreaker[R any](cfg BreakerConfig) *CircuitBreaker[R] {
 		cfg.SuccessThreshold = 1
 	}
 	cfg.SuccessThreshold = min(cfg.SuccessThreshold, cfg.HalfOpenProbes)
+	if cfg.ProbeLease <= 0 {
+		cfg.ProbeLease = cfg.Delay
+	}
 	if cfg.State != nil && cfg.StateTTL <= 0 {
 		cfg.StateTTL = max(time.Hour, 10*cfg.Delay)
 	}
@@ -136,7 +145,7 @@ func NewCircuitBreaker[R any](cfg BreakerConfig) *CircuitBreaker[R] {
 	}
 	b := engine.NewBreaker(engine.BreakerLimits{
 		Name: cfg.Name, FailureThreshold: cfg.FailureThreshold,
-		FailureRate: cfg.FailureRate, MinimumCalls: cfg.MinimumCalls, Window: cfg.Window, Delay: cfg.Delay, HalfOpenProbes: cfg.HalfOpenProbes,
+		FailureRate: cfg.FailureRate, MinimumCalls: cfg.MinimumCalls, Window: cfg.Window, Delay: cfg.Delay, HalfOpenProbes: cfg.HalfOpenProbes, ProbeLease: cfg.ProbeLease,
 		SuccessThreshold: cfg.SuccessThreshold, Clock: cfg.Clock, OnStateChange: cfg.OnStateChange,
 		State: cfg.State, Key: "breaker:" + key, TTL: cfg.StateTTL,
 	})

@@ -50,7 +50,7 @@ func TestRateWindowIsInTheBreakersKey(t *testing.T) {
 	require.Equal(t, time.Hour, m.TTL("t:breaker:p"))
 	fields, err := m.HKeys("t:breaker:p")
 	require.NoError(t, err)
-	require.Len(t, fields, 9+3*engine.RateBuckets, "the record's fields and the window's 10 buckets")
+	require.Len(t, fields, 10+3*engine.RateBuckets, "the record's 10 fields and the window's 10 buckets")
 	m.FastForward(2 * time.Hour)
 	require.Empty(t, m.Keys())
 }

@@ -79,18 +79,45 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 // breakerScript is the breaker's state machine, the same rules as
 // engine.Breaker's, on a hash: s state, g generation, c consecutive
 // failures, o opened at (µs on the callers' clock), p probes in flight,
-// k successful probes, e/f/u executions, failures, successes; with a failure
+// k successful probes, e/f/u executions, failures, successes, l when the
+// last probe granted loses its slot (µs; ARGV[15] is the lease); with a failure
 // rate (ARGV[12] > 0), the window's 10 buckets in slots 0–9: iN the
 // bucket's index (engine.RateBucket, ARGV[14]), nN its calls, xN its
 // failures. A transition empties the window.
 var breakerScript = redis.NewScript(`
-local h = redis.call('HMGET', KEYS[1], 's','g','c','o','p','k','e','f','u')
-local s, g, c, o = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3]) or 0, tonumber(h[4]) or 0
-local p, k, e, f, u = tonumber(h[5]) or 0, tonumber(h[6]) or 0, tonumber(h[7]) or 0, tonumber(h[8]) or 0, tonumber(h[9]) or 0
+local h = redis.call('HMGET', KEYS[1], 's','g','c','o','p','k','e','f','u','l')
 local kind, now = ARGV[1], tonumber(ARGV[2])
 local threshold, delay, maxProbes, successes = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ttl, gen, probe, count, to = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9] == '1', tonumber(ARGV[10]), tonumber(ARGV[11])
-local rate, minimum, bucket = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])
+local rate, minimum, bucket, lease = tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+-- A field another program wrote, or a corrupt one (not a whole number, out
+-- of its range), heals: the record starts again closed, in a generation of
+-- its own, so that no permit of what was there counts.
+local function whole(v, lo, hi)
+  local n = tonumber(v)
+  if v == false or v == nil then return 0, true end
+  if n == nil or n ~= math.floor(n) or n < lo or (hi and n > hi) then return 0, false end
+  return n, true
+end
+local vals, sane = {}, true
+local bounds = {{0, 2}, {0}, {0}, {nil}, {0}, {0}, {0}, {0}, {0}, {nil}}
+for j = 1, 10 do
+  local lo, hi = bounds[j][1], bounds[j][2]
+  local n, ok
+  if lo == nil then
+    n = tonumber(h[j]) or 0
+    ok = h[j] == false or tonumber(h[j]) ~= nil
+  else
+    n, ok = whole(h[j], lo, hi)
+  end
+  vals[j] = n
+  sane = sane and ok
+end
+local s, g, c, o, p, k, e, f, u, l = unpack(vals)
+if not sane then
+  redis.call('DEL', KEYS[1])
+  s, g, c, o, p, k, e, f, u, l = 0, g + 1, 0, 0, 0, 0, 0, 0, 0, 0
+end
 local changed, from, granted, isProbe = 0, s, 0, 0
 local function transition(t)
   if s == t then return end
@@ -127,10 +154,17 @@ local function windowAdd(fail)
 end
 if kind == 'a' then
   if s == 1 and now >= o + delay then transition(2) end
+  if s == 2 and p >= maxProbes and lease > 0 and now >= l then
+    -- The probes out held their slots past their lease: they are lost (a
+    -- worker died, a restart lost their record). A new half-open
+    -- generation ignores their ends.
+    g, p, k = g + 1, 0, 0
+  end
   if s == 0 then
     granted = 1
   elseif s == 2 and p < maxProbes then
     p = p + 1
+    l = now + lease
     granted, isProbe = 1, 1
   end
 elseif kind == 'r' or kind == 'c' then
@@ -162,7 +196,7 @@ elseif kind == 'r' or kind == 'c' then
 elseif kind == 's' then
   transition(to)
 end
-redis.call('HSET', KEYS[1], 's', s, 'g', g, 'c', c, 'o', o, 'p', p, 'k', k, 'e', e, 'f', f, 'u', u)
+redis.call('HSET', KEYS[1], 's', s, 'g', g, 'c', c, 'o', o, 'p', p, 'k', k, 'e', e, 'f', f, 'u', u, 'l', l)
 if changed == 1 then
   for j = 0, 9 do redis.call('HDEL', KEYS[1], 'i' .. j, 'n' .. j, 'x' .. j) end
 end
@@ -191,7 +225,7 @@ func (s *Store) Breaker(ctx context.Context, key string, op engine.BreakerOp) (e
 	res, err := s.run(ctx, breakerScript, []string{s.key(key)}, kind, op.Now.UnixMicro(),
 		op.FailureThreshold, op.Delay.Microseconds(), op.HalfOpenProbes, op.SuccessThreshold, ttlMs(op.TTL),
 		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
-		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, engine.RateBucket(op.Now, op.Window))
+		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, engine.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds())
 	if err != nil {
 		return engine.BreakerView{}, err
 	}
@@ -206,8 +240,15 @@ func (s *Store) Breaker(ctx context.Context, key string, op engine.BreakerOp) (e
 	}, nil
 }
 
+// drawScript takes one unit of a count. A count that is not a whole number
+// of at least 0 (another program's, or corrupt) heals to 0: a negative one
+// would let the task retry past its budget.
 var drawScript = redis.NewScript(`
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used == nil or used < 0 or used ~= math.floor(used) then
+  used = 0
+  redis.call('SET', KEYS[1], 0)
+end
 if used >= tonumber(ARGV[1]) then return {0, used} end
 used = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])

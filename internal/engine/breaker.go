@@ -22,6 +22,7 @@ type BreakerLimits struct {
 	Window           time.Duration
 	Delay            time.Duration // the cool-down before a half-open probe
 	HalfOpenProbes   int           // calls let through at once while half open
+	ProbeLease       time.Duration // how long a probe holds its slot before another may take it; 0 → for good
 	SuccessThreshold int           // successful probes that close it
 	Clock            clock.Clock   // the breaker's own clock; nil → the caller's
 	// OnStateChange is called after each transition, outside the lock.
@@ -48,6 +49,7 @@ type Breaker struct {
 	openedAt    time.Time  // when it last opened
 	probes      int        // probes in flight while half open
 	probeOK     int        // successful probes while half open
+	leaseUntil  time.Time  // when the last probe granted loses its slot (ProbeLease)
 	executions  uint       // counts since the last transition
 	failures    uint
 	successes   uint
@@ -134,6 +136,7 @@ func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
 func (b *Breaker) shared(op BreakerOp, clk clock.Clock) (BreakerView, error) {
 	op.Now = b.clock(clk).Now()
 	op.FailureThreshold, op.Delay, op.HalfOpenProbes, op.SuccessThreshold = b.lim.FailureThreshold, b.lim.Delay, b.lim.HalfOpenProbes, b.lim.SuccessThreshold
+	op.ProbeLease = b.lim.ProbeLease
 	op.FailureRate, op.MinimumCalls, op.Window = b.lim.FailureRate, b.lim.MinimumCalls, b.lim.Window
 	op.TTL = b.lim.TTL
 	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, op)
@@ -160,10 +163,19 @@ func (b *Breaker) acquireLocal(clk clock.Clock) (Permit, bool) {
 	case circuitbreaker.OpenState:
 		ok = false
 	case circuitbreaker.HalfOpenState:
+		now := b.clock(clk).Now()
+		if b.probes >= b.lim.HalfOpenProbes && b.lim.ProbeLease > 0 && !now.Before(b.leaseUntil) {
+			// The probes out have held their slots past their lease: they
+			// are lost. A new half-open generation ignores their ends.
+			b.gen++
+			b.probes, b.probeOK = 0, 0
+			p.gen = b.gen
+		}
 		if b.probes >= b.lim.HalfOpenProbes {
 			ok = false
 		} else {
 			b.probes++
+			b.leaseUntil = now.Add(b.lim.ProbeLease)
 			p.probe = true
 		}
 	}

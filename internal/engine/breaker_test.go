@@ -75,3 +75,27 @@ func TestBreakerTakesTheCallersClock(t *testing.T) {
 	_, ok = b.Acquire(clk)
 	assert.True(t, ok)
 }
+
+// A local probe whose end is never recorded (a call that hangs) holds the
+// half-open slot for its lease only.
+func TestLocalProbeLease(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	b := NewBreaker(BreakerLimits{FailureThreshold: 1, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, ProbeLease: 10 * time.Second})
+	p, ok := b.Acquire(clk)
+	require.True(t, ok)
+	require.NoError(t, b.Record(p, Fail, clk))
+	clk.Advance(time.Minute)
+	lost, ok := b.Acquire(clk)
+	require.True(t, ok)
+	require.True(t, lost.Probe())
+	clk.Advance(9 * time.Second)
+	_, ok = b.Acquire(clk)
+	require.False(t, ok, "the probe's lease has not passed")
+	clk.Advance(time.Second)
+	probe, ok := b.Acquire(clk)
+	require.True(t, ok, "a lost probe must not hold the breaker half open")
+	require.NoError(t, b.Record(lost, Fail, clk))
+	require.Equal(t, circuitbreaker.HalfOpenState, b.State(), "the lost probe's late end is stale")
+	require.NoError(t, b.Record(probe, Success, clk))
+	require.Equal(t, circuitbreaker.ClosedState, b.State())
+}

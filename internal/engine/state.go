@@ -53,7 +53,12 @@ type BreakerOp struct {
 	Delay            time.Duration
 	HalfOpenProbes   int
 	SuccessThreshold int
-	TTL              time.Duration // the record expires this long after its last step
+	// ProbeLease is how long a granted probe holds its slot: an acquire in
+	// half open whose probes are all out past their lease starts a new
+	// half-open generation (their ends are then stale) and grants a probe.
+	// 0 → a probe holds its slot until its end is recorded.
+	ProbeLease time.Duration
+	TTL        time.Duration // the record expires this long after its last step
 	// FailureRate, if above 0, opens a closed breaker when at least this
 	// share of the calls recorded in the last Window failed, once the window
 	// holds MinimumCalls (FailureThreshold is then ignored). The store keeps

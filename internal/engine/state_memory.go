@@ -37,6 +37,7 @@ type breakerRecord struct {
 	openedAt    time.Time
 	probes      int
 	probeOK     int
+	leaseUntil  time.Time // when the last probe granted loses its slot
 	executions  uint
 	failures    uint
 	successes   uint
@@ -71,8 +72,14 @@ func (r *breakerRecord) apply(op BreakerOp) BreakerView {
 		case circuitbreaker.ClosedState:
 			v.Granted = true
 		case circuitbreaker.HalfOpenState:
+			if r.probes >= op.HalfOpenProbes && op.ProbeLease > 0 && !op.Now.Before(r.leaseUntil) {
+				// The probes out are lost: a new half-open generation.
+				r.gen++
+				r.probes, r.probeOK = 0, 0
+			}
 			if r.probes < op.HalfOpenProbes {
 				r.probes++
+				r.leaseUntil = op.Now.Add(op.ProbeLease)
 				v.Granted, v.Probe = true, true
 			}
 		}

@@ -35,6 +35,9 @@ func Run(t *testing.T, newState func(t *testing.T) engine.State) {
 	t.Run("breaker rate: a success-heavy window stays closed", func(t *testing.T) {
 		rateSuccessHeavy(t, newState(t))
 	})
+	t.Run("a lost probe's slot is taken again after its lease", func(t *testing.T) {
+		probeLease(t, newState(t))
+	})
 	t.Run("draw stops at the limit", func(t *testing.T) {
 		draws(t, newState(t))
 	})
@@ -315,4 +318,46 @@ func rateSuccessHeavy(t *testing.T, s engine.State) {
 			require.Equal(t, circuitbreaker.ClosedState, rateCall(t, s, key, now, c).State, "second %d", i)
 		}
 	}
+}
+
+// probeLease: a probe whose end never reaches the store (its worker died)
+// holds its slot for its lease only; the next acquire after it is a new
+// probe in a new half-open generation, which a late record of the lost
+// probe does not disturb, and whose success closes the breaker.
+func probeLease(t *testing.T, s engine.State) {
+	const key = "breaker:lease"
+	lease := func(o engine.BreakerOp) engine.BreakerOp { o.ProbeLease = 30 * time.Second; return o }
+	for range 3 {
+		p := step(t, s, key, lease(op(engine.BreakerAcquire, t0)))
+		record(t, s, key, t0, p, engine.Fail)
+	}
+	half := t0.Add(time.Minute)
+	lost := step(t, s, key, lease(op(engine.BreakerAcquire, half)))
+	require.True(t, lost.Granted)
+	require.True(t, lost.Probe)
+	require.Equal(t, circuitbreaker.HalfOpenState, lost.State)
+	// Within the lease the slot is taken.
+	refused := step(t, s, key, lease(op(engine.BreakerAcquire, half.Add(29*time.Second))))
+	require.False(t, refused.Granted, "the probe's lease has not passed")
+	// After it, another probe goes through, in a generation of its own.
+	probe := step(t, s, key, lease(op(engine.BreakerAcquire, half.Add(30*time.Second))))
+	require.True(t, probe.Granted, "a lost probe must not hold the breaker half open for good")
+	require.True(t, probe.Probe)
+	require.Greater(t, probe.Gen, lost.Gen)
+	// The lost probe's late failure is stale; the new probe's success closes.
+	o := lease(op(engine.BreakerRecord, half.Add(31*time.Second)))
+	o.Gen, o.Probe, o.Count = lost.Gen, true, engine.Fail
+	v := step(t, s, key, o)
+	require.Equal(t, circuitbreaker.HalfOpenState, v.State, "a stale probe's end changes nothing")
+	o.Gen, o.Count = probe.Gen, engine.Success
+	v = step(t, s, key, o)
+	require.Equal(t, circuitbreaker.ClosedState, v.State)
+	// Without a lease, a probe holds its slot until its end is recorded.
+	const noLease = "breaker:nolease"
+	for range 3 {
+		p := step(t, s, noLease, op(engine.BreakerAcquire, t0))
+		record(t, s, noLease, t0, p, engine.Fail)
+	}
+	require.True(t, step(t, s, noLease, op(engine.BreakerAcquire, half)).Granted)
+	require.False(t, step(t, s, noLease, op(engine.BreakerAcquire, half.Add(50*time.Minute))).Granted)
 }
