@@ -4,13 +4,13 @@
 // breaker, a task's retry count or a fleet's retry window is atomic on the
 // server.
 //
-//	rdb := redis.NewClient(redisstate.ClientOptions("127.0.0.1:6379", 5*time.Millisecond))
+//	rdb := redis.NewClient(redisstate.ClientOptions("127.0.0.1:6379", redisstate.DefaultTimeout))
 //	st := redisstate.New(rdb, redisstate.Options{})
 //	breaker := policies.NewCircuitBreaker[Reply](policies.BreakerConfig{Name: "openai", State: st})
 //	budget := policies.NewRetryBudget(policies.RetryBudgetConfig{Name: "openai", State: st})
 //	ctx = policies.WithSharedTaskBudget(ctx, st, taskID, 6)
 //
-// Every step has a short timeout (Options.Timeout, 5 ms by default). A step
+// Every step has a short timeout (Options.Timeout, 25 ms by default). A step
 // that fails or times out returns an error, and the policy decides on its
 // local state instead: Redis being slow or down never fails or holds a
 // call, and the span of each such decision says retrace.state=local with a

@@ -14,12 +14,20 @@ import (
 	"github.com/retrace-go/retrace/policies"
 )
 
+// DefaultTimeout bounds a step on Redis when nothing else does: a Lua step
+// takes well under a millisecond on an idle server, but a loaded machine (a
+// worker's own CPU busy, a server under a fleet) stretches it past 5 ms
+// often enough that a tighter bound makes the fleet decide locally, and pay
+// each worker's own failures, when Redis is fine. It is small beside a
+// model call's seconds.
+const DefaultTimeout = 25 * time.Millisecond
+
 // Options configure a Store.
 type Options struct {
 	// Namespace prefixes every key ("retrace:breaker:openai"); "" → "retrace".
 	Namespace string
-	// Timeout bounds each step on Redis; 0 → 5 ms. A step that takes longer
-	// is abandoned and the policy decides locally.
+	// Timeout bounds each step on Redis; 0 → DefaultTimeout. A step that
+	// takes longer is abandoned and the policy decides locally.
 	Timeout time.Duration
 }
 
@@ -40,7 +48,7 @@ func New(rdb redis.Scripter, opts Options) *Store {
 		opts.Namespace = "retrace"
 	}
 	if opts.Timeout <= 0 {
-		opts.Timeout = 5 * time.Millisecond
+		opts.Timeout = DefaultTimeout
 	}
 	return &Store{rdb: rdb, ns: opts.Namespace, timeout: opts.Timeout}
 }
@@ -50,7 +58,7 @@ func New(rdb redis.Scripter, opts Options) *Store {
 // and the client neither retries a command nor a failed dial.
 func ClientOptions(addr string, timeout time.Duration) *redis.Options {
 	if timeout <= 0 {
-		timeout = 5 * time.Millisecond
+		timeout = DefaultTimeout
 	}
 	return &redis.Options{
 		Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
