@@ -32,13 +32,14 @@ import (
 const workerEnv = "RETRACE_REDIS_FLEET_WORKER"
 
 type workerConfig struct {
-	Redis     string  `json:"redis"` // "" → local breakers
-	Namespace string  `json:"namespace"`
-	URL       string  `json:"url"`
-	Origin    int64   `json:"origin"` // the fleet clock's origin, Unix ns: the workers start then
-	Scale     float64 `json:"scale"`
-	Calls     int     `json:"calls"`
-	Index     int     `json:"index"` // the worker's place in the fleet: it starts Index/8 of a period late
+	Redis     string   `json:"redis"` // "" → local breakers
+	Namespace string   `json:"namespace"`
+	URL       string   `json:"url"`
+	Origin    int64    `json:"origin"` // the fleet clock's origin, Unix ns: the workers start then
+	Scale     float64  `json:"scale"`
+	Cluster   []string `json:"cluster"` // the nodes of a Redis Cluster, instead of Redis
+	Calls     int      `json:"calls"`
+	Index     int      `json:"index"` // the worker's place in the fleet: it starts Index/8 of a period late
 }
 
 type workerReport struct {
@@ -72,7 +73,12 @@ func runWorker() int {
 	w := bench.FleetWorker{Name: "provider", Calls: cfg.Calls, Every: fleetEvery,
 		Clock: bench.FleetClock(time.Unix(0, cfg.Origin), cfg.Scale), Options: []middleware.Option{middleware.WithTracerProvider(tp)},
 		Call: bench.HTTPCall(http.DefaultClient, cfg.URL)}
-	if cfg.Redis != "" {
+	switch {
+	case len(cfg.Cluster) > 0:
+		rdb := redis.NewClusterClient(redisstate.ClusterOptions(cfg.Cluster, stateTimeout))
+		defer rdb.Close()
+		w.State = redisstate.New(rdb, redisstate.Options{Namespace: cfg.Namespace, Timeout: stateTimeout})
+	case cfg.Redis != "":
 		rdb := redis.NewClient(redisstate.ClientOptions(cfg.Redis, stateTimeout))
 		defer rdb.Close()
 		w.State = redisstate.New(rdb, redisstate.Options{Namespace: cfg.Namespace, Timeout: stateTimeout})
@@ -238,18 +244,33 @@ func TestFleetOfProcessesSharesOneBreaker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	addr := redisAddr(t)
+	compareFleets(t, workerConfig{Redis: redisAddr(t)})
+}
+
+// The same fleet on a Redis Cluster of three masters: the breaker's record
+// is on one of them, and the fleet pays what it pays on one Redis.
+func TestFleetOfProcessesOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	compareFleets(t, workerConfig{Cluster: startCluster(t)})
+}
+
+// compareFleets runs the fleet twice, with a breaker per process and with
+// one shared where shared says (a Redis, a cluster), and holds the shared
+// one to the fleet's bound.
+func compareFleets(t *testing.T, shared workerConfig) {
 	const calls, scale = 300, 100.0
 
-	run := func(redisAddr string) (int64, []workerReport) {
+	run := func(where workerConfig) (int64, []workerReport) {
 		p := newProvider(t, 1<<62)
-		cfg := workerConfig{Redis: redisAddr, Namespace: fmt.Sprintf("retrace-test-%d-%d", os.Getpid(), time.Now().UnixNano()),
+		cfg := workerConfig{Redis: where.Redis, Cluster: where.Cluster, Namespace: fmt.Sprintf("retrace-test-%d-%d", os.Getpid(), time.Now().UnixNano()),
 			URL: p.URL, Origin: startAt(), Scale: scale, Calls: calls}
 		reps := fleet(t, workers, cfg)()
 		return p.n.Load(), reps
 	}
-	localDown, localReps := run("")
-	sharedDown, sharedReps := run(addr)
+	localDown, localReps := run(workerConfig{})
+	sharedDown, sharedReps := run(shared)
 	_, _, _, _, degraded := sum(sharedReps)
 	var end time.Duration
 	for _, r := range sharedReps {
@@ -271,8 +292,8 @@ func TestFleetOfProcessesSharesOneBreaker(t *testing.T) {
 	// Each local breaker pays the same on its own.
 	require.GreaterOrEqual(t, localDown, int64(workers*5))
 	require.Greater(t, localDown, 4*sharedDown)
-	_, _, shared, _, _ := sum(sharedReps)
-	require.Positive(t, shared, "the spans say the shared state decided")
+	_, _, sharedSpans, _, _ := sum(sharedReps)
+	require.Positive(t, sharedSpans, "the spans say the shared state decided")
 }
 
 // Redis is killed while eight workers run: every call still ends with a known

@@ -67,6 +67,23 @@ func ClientOptions(addr string, timeout time.Duration) *redis.Options {
 	}
 }
 
+// ClusterOptions are [ClientOptions] for a Redis Cluster whose nodes (some
+// or all of them) are addrs: every command ends within timeout, and a
+// command is neither retried nor redirected more than once (a slot that
+// moved is followed once; a second move is an error, and the policy decides
+// locally). Each step of the Store is one script on one key, or on two keys
+// that share a hash tag, so every step runs on one node.
+func ClusterOptions(addrs []string, timeout time.Duration) *redis.ClusterOptions {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &redis.ClusterOptions{
+		Addrs: addrs, ContextTimeoutEnabled: true, MaxRetries: -1, MaxRedirects: 1,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout,
+		DialerRetries: 1,
+	}
+}
+
 // ErrReply is wrapped by the error of a step whose reply the store does not
 // understand (another program's data under its keys).
 var ErrReply = errors.New("redisstate: unexpected reply")
