@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,19 +13,23 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/retrace-go/retrace/telemetry"
-	"github.com/retrace-go/retrace/telemetry/setup"
 )
 
 // explain prints one trace's tree and what to change: the amplification,
 // the nested retrying layers, the time spent waiting against calling, the
 // breaker and budget decisions, the errors by class, and advice read off
 // the attributes retrace writes.
+//
+// A trace is untrusted input, and every shape of it ends: the input is read
+// up to -max-bytes (64MiB) and refused past it, Jaeger is given -timeout
+// (30s) to answer, each text is made printable, broken parent links are
+// read as the forest type says (orphans, duplicates, cut cycles: an output
+// that says what it did), a trace with no root at all is an error, and the
+// tree indents at most maxDrawnDepth levels.
 func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -32,8 +37,11 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	id := fs.String("trace", "", "the trace `ID` (32 hex digits); with -otlp-file, needed when the file holds several")
 	file := fs.String("otlp-file", "", "read the trace from `FILE`, OTLP JSON (the demo's -otlp-file, the Collector's file exporter)")
 	asJSON := fs.Bool("json", false, "print the analysis as one JSON object, without the tree")
+	timeout := fs.Duration("timeout", 30*time.Second, "with -jaeger, the time `D` Jaeger has to send the whole trace, such as 30s or 2m")
+	maxBytes := byteSize(defaultMaxBytes)
+	fs.Var(&maxBytes, "max-bytes", "read at most `SIZE` of OTLP JSON (the file, or Jaeger's answer), such as 64MiB or 1GiB; more is refused, never cut")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: retrace explain (-jaeger URL -trace ID | -otlp-file FILE [-trace ID]) [-json]\n\n")
+		fmt.Fprint(stderr, "usage: retrace explain (-jaeger URL -trace ID [-timeout D] | -otlp-file FILE [-trace ID]) [-max-bytes SIZE] [-json]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -47,9 +55,13 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return fmt.Errorf("explain: -trace %q: want 32 hex digits", *id)
 		}
 	}
+	if *timeout <= 0 {
+		return fmt.Errorf("explain: -timeout %s: want a duration above 0, such as 30s or 2m", *timeout)
+	}
 	var (
-		spans []sdktrace.ReadOnlySpan
-		err   error
+		rs   []*tracepb.ResourceSpans
+		from string
+		err  error
 	)
 	switch {
 	case *jaeger != "" && *file != "":
@@ -58,17 +70,11 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if *id == "" {
 			return errors.New("explain: -jaeger needs -trace ID")
 		}
-		rs, ferr := fetchJaeger(ctx, *jaeger, strings.ToLower(*id))
-		if ferr != nil {
-			return ferr
-		}
-		spans, err = pickTrace(rs, *id)
+		rs, err = fetchJaeger(ctx, jaegerQuery{base: *jaeger, id: strings.ToLower(*id), timeout: *timeout, maxBytes: maxBytes})
+		from = "jaeger's answer"
 	case *file != "":
-		rs, ferr := readFile(*file)
-		if ferr != nil {
-			return ferr
-		}
-		spans, err = pickTrace(rs, *id)
+		rs, err = readFile(*file, maxBytes)
+		from = *file
 	default:
 		fs.Usage()
 		return errors.New("explain: give -jaeger URL -trace ID, or -otlp-file FILE")
@@ -76,13 +82,21 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
 	}
-	a := analyze(spans)
+	spans, err := pickTrace(rs, *id, from)
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
+	f := newForest(spans)
+	a, err := analyze(f)
+	if err != nil {
+		return fmt.Errorf("explain: %w", err)
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(a)
 	}
-	if err := setup.WriteTree(stdout, spans); err != nil {
+	if err := f.write(stdout); err != nil {
 		return err
 	}
 	fmt.Fprintln(stdout)
@@ -97,8 +111,10 @@ type Analysis struct {
 	Diagnosis string `json:"diagnosis,omitempty"`
 	WallMs    int64  `json:"wall_ms"`
 	// Calls are the root's retrace.calls; LeafSpans the spans beneath which
-	// no other retrace span started; WorstCase the root's
-	// retrace.calls.worst_case.
+	// no other retrace span started, but those a policy refused (they
+	// called nothing: see Refused); WorstCase the root's
+	// retrace.calls.worst_case, the most leaf calls the layers could make,
+	// those of hidden layers too (0: the root does not say).
 	Calls     int64 `json:"calls"`
 	LeafSpans int   `json:"leaf_spans"`
 	WorstCase int64 `json:"worst_case"`
@@ -111,11 +127,31 @@ type Analysis struct {
 	BackoffMs    int64        `json:"backoff_ms"`
 	BackoffWaits int          `json:"backoff_waits"`
 	CallingMs    float64      `json:"calling_ms"`
+	Refused      []Refusal    `json:"refused,omitempty"`
 	Breakers     []Breaker    `json:"breakers,omitempty"`
 	Decisions    []Decision   `json:"decisions,omitempty"`
 	Budget       *Budget      `json:"budget,omitempty"`
 	Errors       []ErrorCount `json:"errors,omitempty"`
+	Links        Links        `json:"links"`
 	Advice       []Advice     `json:"advice"`
+}
+
+// Links is what the trace's parent links held, and how explain read them.
+type Links struct {
+	Spans int `json:"spans"` // the spans analysed
+	// Orphans are spans whose parent is not in the trace: each is drawn as
+	// the top of a tree of its own, and analysed. FromOrphan: the trace
+	// has no root, and is read from its first orphan (see forest.root).
+	Orphans    int  `json:"orphans,omitempty"`
+	FromOrphan bool `json:"from_orphan,omitempty"`
+	// Cycles are the parent cycles, CycleSpans the spans in them: each is
+	// cut at its earliest span, drawn as a top, and analysed.
+	Cycles     int `json:"cycles,omitempty"`
+	CycleSpans int `json:"cycle_spans,omitempty"`
+	// Duplicates are the spans left out because an earlier span has their
+	// span ID.
+	Duplicates int `json:"duplicates,omitempty"`
+	Depth      int `json:"depth"` // the deepest span's levels below its top
 }
 
 // NestedLayer is one retrying layer of a chain.
@@ -130,6 +166,17 @@ type NestedLayer struct {
 	SDK bool `json:"sdk,omitempty"`
 }
 
+// Refusal is the calls one policy refused in one layer (for a tool's
+// layer, one tool): the leaf spans that ended circuit_open, bulkhead_full
+// or rate_limited, which called nothing.
+type Refusal struct {
+	Policy string `json:"policy"` // retrace.policy of the policy span that refused (circuit_breaker, bulkhead), else the one error.type names
+	Layer  string `json:"layer"`
+	Tool   string `json:"tool,omitempty"`
+	Type   string `json:"type"` // error.type: circuit_open, bulkhead_full, rate_limited
+	Count  int    `json:"count"`
+}
+
 // Decision is a layer call that a breaker, bulkhead or budget stopped.
 type Decision struct {
 	Span      string `json:"span"`
@@ -137,10 +184,12 @@ type Decision struct {
 	Diagnosis string `json:"diagnosis,omitempty"`
 }
 
-// Breaker is what one circuit breaker did in the trace.
+// Breaker is what the circuit breaker of one layer (for a tool's layer,
+// one tool) did in the trace, read off its policy spans.
 type Breaker struct {
-	Name     string `json:"name"`
+	Name     string `json:"name"` // what it guards: "tool search_docs", "layer model"
 	Layer    string `json:"layer"`
+	Tool     string `json:"tool,omitempty"`
 	Rejected int    `json:"rejected"` // calls it refused, open
 	Probes   int    `json:"probes"`   // calls it let through half open
 	Closed   int    `json:"closed"`   // calls it let through closed, where recorded
@@ -154,10 +203,15 @@ type Budget struct {
 
 // ErrorCount is the failed leaf calls of one class and type.
 type ErrorCount struct {
-	Class string `json:"class"`
-	Type  string `json:"type"`
+	Class string `json:"class"` // retrace.error.class, or unclassified for a failed span that carries none
+	Type  string `json:"type,omitempty"`
 	Count int    `json:"count"`
 }
+
+// unclassified stands for the class of a failed span that carries no
+// retrace.error.class (retrace's layers always write one): an error entry
+// is never blank.
+const unclassified = "unclassified"
 
 // Advice is one thing to change, with what it is about.
 type Advice struct {
@@ -165,83 +219,58 @@ type Advice struct {
 	Text string `json:"text"`
 }
 
-// node is a span with its attributes by key and its children.
-type node struct {
-	s     sdktrace.ReadOnlySpan
-	attrs map[attribute.Key]attribute.Value
-	kids  []*node
-	up    *node
-}
-
-func (n *node) str(k attribute.Key) string { return n.attrs[k].AsString() }
-func (n *node) num(k attribute.Key) int64  { return n.attrs[k].AsInt64() }
-func (n *node) has(k attribute.Key) bool   { _, ok := n.attrs[k]; return ok }
-func (n *node) failed() bool               { return n.s.Status().Code == codes.Error }
-
-// isLayer: a layer span. isAttempt: an attempt span. isPolicy: a policy span.
-func (n *node) isLayer() bool {
-	return n.has(telemetry.Layer) && !n.has(telemetry.Attempt) && !n.has(telemetry.Policy)
-}
-func (n *node) isAttempt() bool { return n.has(telemetry.Attempt) }
-func (n *node) isPolicy() bool  { return n.has(telemetry.Policy) }
-
-// retrace reports whether n is a layer or attempt span.
-func (n *node) retrace() bool { return n.isLayer() || n.isAttempt() }
-
-func build(spans []sdktrace.ReadOnlySpan) (roots, all []*node) {
-	byID := map[trace.SpanID]*node{}
-	for _, s := range spans {
-		n := &node{s: s, attrs: map[attribute.Key]attribute.Value{}}
-		for _, kv := range s.Attributes() {
-			n.attrs[kv.Key] = kv.Value
-		}
-		byID[s.SpanContext().SpanID()] = n
-		all = append(all, n)
+// refusalPolicy names the policy that refuses a call with errorType, for a
+// refusal with no policy span of its own beneath it (a rate limiter
+// failsafe-go runs); "" for an error.type that is no refusal.
+func refusalPolicy(errorType string) string {
+	switch errorType {
+	case "circuit_open":
+		return telemetry.PolicyCircuitBreaker
+	case "bulkhead_full":
+		return telemetry.PolicyBulkhead
+	case "rate_limited":
+		return "rate_limiter"
 	}
-	sort.SliceStable(all, func(i, j int) bool { return all[i].s.StartTime().Before(all[j].s.StartTime()) })
-	for _, n := range all {
-		if p, ok := byID[n.s.Parent().SpanID()]; ok && n.s.Parent().IsValid() {
-			p.kids = append(p.kids, n)
-			n.up = p
-		} else {
-			roots = append(roots, n)
-		}
-	}
-	return roots, all
+	return ""
 }
 
-// enclosing returns the nearest layer span above n.
-func (n *node) enclosing() *node {
-	for p := n.up; p != nil; p = p.up {
-		if p.isLayer() {
-			return p
-		}
-	}
-	return nil
+// refused reports whether n ended refused by a policy that called nothing,
+// by the rule retracetest.TraceCounts counts leaf spans with.
+func (n *node) refused() bool {
+	return refusalPolicy(n.str(telemetry.ErrorType)) != ""
 }
 
-func analyze(spans []sdktrace.ReadOnlySpan) *Analysis {
-	roots, all := build(spans)
+// guards names what a layer's policy guards: its tool, else its layer.
+func guards(layer, tool string) string {
+	if tool != "" {
+		return "tool " + tool
+	}
+	return "layer " + layer
+}
+
+// analyze reads the forest from its root (forest.root). Every loop is over
+// the spans once, or over a span's children once, so that the analysis is
+// linear in the spans.
+func analyze(f *forest) (*Analysis, error) {
+	root := f.root()
+	if root == nil {
+		// Every top is a cut cycle's.
+		first := f.tops[0]
+		return nil, fmt.Errorf("trace %s has no root, no span without a parent: every span lies in or beneath a parent cycle (%s, %s; span %s %q: %s)",
+			f.traceID, plural(f.cycles, "cycle"), plural(len(f.all), "span"), first.s.SpanContext().SpanID(), first.s.Name(), cycleNote(first))
+	}
 	a := &Analysis{Advice: []Advice{}}
-	if len(roots) == 0 {
-		return a
-	}
-	root := roots[0]
-	for _, r := range roots {
-		if r.has(telemetry.Calls) {
-			root = r
-			break
-		}
-	}
 	a.TraceID = root.s.SpanContext().TraceID().String()
 	a.Root = root.s.Name()
 	a.Outcome, a.Diagnosis = root.str(telemetry.Outcome), root.str(telemetry.Diagnosis)
 	a.WallMs = root.s.EndTime().Sub(root.s.StartTime()).Milliseconds()
 	a.Calls, a.WorstCase = root.num(telemetry.Calls), root.num(telemetry.CallsWorstCase)
+	a.Links = Links{Spans: len(f.all), Orphans: f.count(topOrphan), Cycles: f.cycles, CycleSpans: f.inCycles,
+		Duplicates: f.duplicates, Depth: f.deepest, FromOrphan: root.top == topOrphan}
 
-	errs := map[[2]string]int{}
+	errs, refusals := map[[2]string]int{}, map[Refusal]int{}
 	var calling time.Duration
-	for _, n := range all {
+	for _, n := range f.all {
 		if !n.retrace() || n.isPolicy() {
 			continue
 		}
@@ -249,13 +278,21 @@ func analyze(spans []sdktrace.ReadOnlySpan) *Analysis {
 		for _, k := range n.kids {
 			if k.retrace() {
 				leaf = false
+				break
 			}
 		}
-		if leaf {
+		switch {
+		case leaf && n.refused():
+			a.refuse(n, refusals)
+		case leaf:
 			a.LeafSpans++
 			calling += n.s.EndTime().Sub(n.s.StartTime())
 			if n.failed() {
-				errs[[2]string{n.str(telemetry.ErrorClass), n.str(telemetry.ErrorType)}]++
+				class := n.str(telemetry.ErrorClass)
+				if class == "" {
+					class = unclassified
+				}
+				errs[[2]string{class, n.str(telemetry.ErrorType)}]++
 			}
 		}
 		if n.isAttempt() && n.has(telemetry.RetryDelayMs) {
@@ -274,16 +311,46 @@ func analyze(spans []sdktrace.ReadOnlySpan) *Analysis {
 		return a.Errors[i].Class+a.Errors[i].Type < a.Errors[j].Class+a.Errors[j].Type
 	})
 
-	a.Nested, a.Product = nesting(root, all)
-	a.Breakers = breakers(all)
-	for _, n := range all {
+	a.Nested, a.Product = nesting(root, f.all)
+	a.Breakers = breakers(f.all)
+	for _, n := range f.all {
 		if o := n.str(telemetry.Outcome); n.isLayer() && (o == "rejected" || o == "budget_exhausted") {
 			a.Decisions = append(a.Decisions, Decision{Span: n.s.Name(), Outcome: o, Diagnosis: n.str(telemetry.Diagnosis)})
 		}
 	}
-	a.Budget = budget(all)
-	a.Advice = advise(a, all)
-	return a
+	a.Budget = budget(f.all)
+	a.Advice = advise(a, f.all)
+	return a, nil
+}
+
+// refuse counts the refused leaf span n under the policy that refused it:
+// the policy span beneath n that ended with n's error.type, else the policy
+// that error.type names. index finds a refusal already counted, by its
+// fields without the count.
+func (a *Analysis) refuse(n *node, index map[Refusal]int) {
+	typ := n.str(telemetry.ErrorType)
+	r := Refusal{Policy: refusalPolicy(typ), Layer: n.str(telemetry.Layer), Type: typ}
+	for _, k := range n.kids {
+		if k.isPolicy() && k.str(telemetry.ErrorType) == typ {
+			r.Policy, r.Layer = k.str(telemetry.Policy), k.str(telemetry.Layer)
+			break
+		}
+	}
+	l := n
+	if !n.isLayer() {
+		l = n.layer
+	}
+	if l != nil {
+		r.Layer = cmp.Or(r.Layer, l.str(telemetry.Layer))
+		r.Tool = l.str(telemetry.GenAIToolName)
+	}
+	if i, ok := index[r]; ok {
+		a.Refused[i].Count++
+		return
+	}
+	index[r] = len(a.Refused)
+	r.Count = 1
+	a.Refused = append(a.Refused, r)
 }
 
 // nesting reads the longest chain of retrying layers the root announced
@@ -351,28 +418,26 @@ func parseChain(s string) []NestedLayer {
 	return out
 }
 
-// breakers gathers the breaker spans by the layer (and tool) they guard.
+// breakers gathers the breaker spans by what they guard: the layer the
+// policy span names and, in a tool's layer, the tool.
 func breakers(all []*node) []Breaker {
-	byName := map[string]*Breaker{}
-	var order []string
+	type guard struct{ layer, tool string }
+	byGuard := map[guard]*Breaker{}
+	var order []*Breaker
 	for _, n := range all {
 		if n.str(telemetry.Policy) != telemetry.PolicyCircuitBreaker {
 			continue
 		}
-		layer := n.str(telemetry.Layer)
-		name := layer
-		if l := n.enclosing(); l != nil {
-			if t := l.str(telemetry.GenAIToolName); t != "" {
-				name = t
-			} else {
-				name = l.s.Name()
-			}
+		g := guard{layer: n.str(telemetry.Layer)}
+		if n.layer != nil {
+			g.layer = cmp.Or(g.layer, n.layer.str(telemetry.Layer))
+			g.tool = n.layer.str(telemetry.GenAIToolName)
 		}
-		b, ok := byName[name]
+		b, ok := byGuard[g]
 		if !ok {
-			b = &Breaker{Name: name, Layer: layer}
-			byName[name] = b
-			order = append(order, name)
+			b = &Breaker{Name: guards(g.layer, g.tool), Layer: g.layer, Tool: g.tool}
+			byGuard[g] = b
+			order = append(order, b)
 		}
 		switch n.str(telemetry.CircuitState) {
 		case telemetry.CircuitOpen:
@@ -384,8 +449,8 @@ func breakers(all []*node) []Breaker {
 		}
 	}
 	var out []Breaker
-	for _, name := range order {
-		out = append(out, *byName[name])
+	for _, b := range order {
+		out = append(out, *b)
 	}
 	return out
 }
@@ -449,11 +514,8 @@ func advise(a *Analysis, all []*node) []Advice {
 	for _, n := range all {
 		if c := n.num(telemetry.HTTPResendCount); c > 0 && c > resent {
 			resent = c
-			for p := n.up; p != nil; p = p.up {
-				if p.isLayer() && p.num(telemetry.MaxAttempts) > 1 {
-					under = p.str(telemetry.Layer)
-					break
-				}
+			if n.retrying != nil {
+				under = n.retrying.str(telemetry.Layer)
 			}
 		}
 	}
@@ -510,15 +572,13 @@ func advise(a *Analysis, all []*node) []Advice {
 }
 
 // retriedTransient reports whether some call through layer retried after a
-// transient failure.
+// transient failure: an attempt failed transient, and a later attempt of
+// the same call followed.
 func retriedTransient(all []*node, layer string) bool {
 	for _, n := range all {
-		if n.isAttempt() && n.str(telemetry.ErrorClass) == "transient" && n.up != nil && n.up.str(telemetry.Layer) == layer {
-			for _, sib := range n.up.kids {
-				if sib.isAttempt() && sib.num(telemetry.Attempt) > n.num(telemetry.Attempt) {
-					return true
-				}
-			}
+		if n.isAttempt() && n.str(telemetry.ErrorClass) == "transient" && n.up != nil && n.up.str(telemetry.Layer) == layer &&
+			n.num(telemetry.Attempt) < n.up.lastAttempt {
+			return true
 		}
 	}
 	return false
@@ -532,11 +592,29 @@ func (a *Analysis) write(w io.Writer) error {
 		fmt.Fprintf(&b, ", %s", a.Outcome)
 	}
 	fmt.Fprintf(&b, ", %s)\n", time.Duration(a.WallMs)*time.Millisecond)
-	fmt.Fprintf(&b, "  calls       %d leaf calls (%d leaf spans) of a worst case of %d", a.Calls, a.LeafSpans, a.WorstCase)
-	if a.WorstCase > 0 {
-		fmt.Fprintf(&b, " (%d%%)", a.Calls*100/a.WorstCase)
+	fmt.Fprintf(&b, "  calls       %s in the trace (%s", plural(a.Calls, "leaf call"), plural(a.LeafSpans, "leaf span"))
+	refused := 0
+	for _, r := range a.Refused {
+		refused += r.Count
 	}
-	b.WriteString("\n")
+	if refused > 0 {
+		fmt.Fprintf(&b, "; %s refused, calling nothing", plural(refused, "call"))
+	}
+	b.WriteString(")")
+	var hidden []string
+	for _, l := range a.Nested {
+		if l.Hidden {
+			hidden = append(hidden, l.Layer+"'s")
+		}
+	}
+	switch {
+	case a.WorstCase > 0 && len(hidden) > 0:
+		fmt.Fprintf(&b, "; at worst the layers could make %d, counting %s hidden attempts, which the trace does not see\n", a.WorstCase, strings.Join(hidden, " and "))
+	case a.WorstCase > 0:
+		fmt.Fprintf(&b, "; at worst the layers could make %d\n", a.WorstCase)
+	default:
+		b.WriteString("; the root records no worst case\n")
+	}
 	if len(a.Nested) > 0 {
 		var parts []string
 		for _, l := range a.Nested {
@@ -556,11 +634,18 @@ func (a *Analysis) write(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "  waiting     %s in %d backoffs (as configured) against %s calling\n",
 		time.Duration(a.BackoffMs)*time.Millisecond, a.BackoffWaits, time.Duration(a.CallingMs*float64(time.Millisecond)).Round(10*time.Microsecond))
+	for _, r := range a.Refused {
+		fmt.Fprintf(&b, "  refused     %s by the %s of %s (%s)\n", plural(r.Count, "call"), r.Policy, guards(r.Layer, r.Tool), r.Type)
+	}
 	for _, br := range a.Breakers {
-		fmt.Fprintf(&b, "  breaker     %s (%s): refused %d, probed %d\n", br.Name, br.Layer, br.Rejected, br.Probes)
+		fmt.Fprintf(&b, "  breaker     %s: refused %d, probed %d\n", br.Name, br.Rejected, br.Probes)
 	}
 	for _, d := range a.Decisions {
-		fmt.Fprintf(&b, "  stopped     %s, %s: %s\n", d.Span, d.Outcome, shorten(d.Diagnosis, 160))
+		fmt.Fprintf(&b, "  stopped     %s, %s", d.Span, d.Outcome)
+		if d.Diagnosis != "" {
+			fmt.Fprintf(&b, ": %s", shorten(d.Diagnosis, 160))
+		}
+		b.WriteString("\n")
 	}
 	if a.Budget != nil {
 		fmt.Fprintf(&b, "  budget      %d retries left; it stopped %d layer calls\n", a.Budget.Remaining, a.Budget.Refusals)
@@ -568,9 +653,25 @@ func (a *Analysis) write(w io.Writer) error {
 	if len(a.Errors) > 0 {
 		var parts []string
 		for _, e := range a.Errors {
-			parts = append(parts, fmt.Sprintf("%d × %s %s", e.Count, e.Class, e.Type))
+			parts = append(parts, strings.TrimSpace(fmt.Sprintf("%d × %s %s", e.Count, e.Class, e.Type)))
 		}
 		fmt.Fprintf(&b, "  errors      %s\n", strings.Join(parts, ", "))
+	}
+	if l := a.Links; l.Orphans+l.Cycles+l.Duplicates > 0 {
+		var parts []string
+		if l.FromOrphan {
+			parts = append(parts, "no root: read from the first orphan")
+		}
+		if l.Orphans > 0 {
+			parts = append(parts, plural(l.Orphans, "orphan")+" (parent not in the trace), each a tree of its own")
+		}
+		if l.Cycles > 0 {
+			parts = append(parts, fmt.Sprintf("%s of %s, each cut at its earliest span", plural(l.Cycles, "parent cycle"), plural(l.CycleSpans, "span")))
+		}
+		if l.Duplicates > 0 {
+			parts = append(parts, plural(l.Duplicates, "span")+" left out, an earlier span having its span ID")
+		}
+		fmt.Fprintf(&b, "  links       %s\n", strings.Join(parts, "; "))
 	}
 	if len(a.Advice) == 0 {
 		b.WriteString("\nadvice: nothing to change that the trace shows\n")
@@ -582,6 +683,14 @@ func (a *Analysis) write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// plural writes n and word, with an s when n is not 1.
+func plural[N int | int64](n N, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func shorten(s string, n int) string {

@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -25,21 +27,129 @@ import (
 	"github.com/retrace-go/retrace/telemetry/setup"
 )
 
-// maxTraceBytes bounds what explain reads of a trace: a trace of a few
-// thousand spans is a few megabytes.
-const maxTraceBytes = 64 << 20
+// defaultMaxBytes is -max-bytes' default: a trace of a few thousand spans
+// is a few megabytes, and reading 64 MiB of OTLP JSON takes about a
+// gigabyte of memory at most.
+const defaultMaxBytes = 64 << 20
+
+// byteSize is a flag's size in bytes, written as a count of bytes or with a
+// binary unit: 512KiB, 64MiB, 1GiB.
+type byteSize int64
+
+type sizeUnit struct {
+	suffix string
+	shift  uint
+}
+
+// sizeUnits are the units a byteSize is written in, largest first.
+func sizeUnits() []sizeUnit { return []sizeUnit{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}} }
+
+func (b *byteSize) Set(s string) error {
+	num, shift := strings.TrimSpace(s), uint(0)
+	for _, u := range sizeUnits() {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, shift = strings.TrimSpace(n), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)>>shift {
+		return fmt.Errorf("want a size above 0, such as 64MiB or 1GiB, got %q", s)
+	}
+	*b = byteSize(n << shift)
+	return nil
+}
+
+func (b byteSize) String() string {
+	for _, u := range sizeUnits() {
+		if m := int64(1) << u.shift; int64(b) >= m && int64(b)%m == 0 {
+			return strconv.FormatInt(int64(b)/m, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(int64(b), 10)
+}
+
+// tooLargeError is an input larger than -max-bytes: explain read up to the
+// limit and stopped, rather than analyse a trace cut short.
+type tooLargeError struct {
+	limit byteSize
+}
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("larger than %s, the most explain reads (-max-bytes %s): raise it to read this, e.g. -max-bytes %s",
+		e.limit, e.limit, max(2*e.limit, e.limit)) // the larger: twice the largest limit overflows
+}
+
+// capped reads r up to limit bytes and fails with a *tooLargeError when r
+// holds more: a read past the limit probes for one more byte, so an input
+// of exactly limit bytes is read whole and a longer one is never taken for
+// a shorter one that ended.
+type capped struct {
+	r    io.Reader
+	left int64
+	err  *tooLargeError
+}
+
+func newCapped(r io.Reader, limit byteSize) *capped {
+	return &capped{r: r, left: int64(limit), err: &tooLargeError{limit: limit}}
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var probe [1]byte
+		n, err := io.ReadAtLeast(c.r, probe[:], 1)
+		if n > 0 {
+			return 0, c.err
+		}
+		return 0, err
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+// readOTLP reads OTLP JSON from r, at most limit bytes. Past the limit it
+// returns the *tooLargeError alone: the decoder's view of the cut (an
+// unexpected EOF) would mislead.
+func readOTLP(r io.Reader, limit byteSize) ([]*tracepb.ResourceSpans, error) {
+	rs, err := setup.ReadOTLPJSON(newCapped(r, limit))
+	if tl := (*tooLargeError)(nil); errors.As(err, &tl) {
+		return nil, tl
+	}
+	return rs, err
+}
+
+// jaegerQuery is how explain asks Jaeger for a trace.
+type jaegerQuery struct {
+	base     string
+	id       string
+	timeout  time.Duration
+	maxBytes byteSize
+}
 
 // fetchJaeger reads one trace from Jaeger's query API (v3), which answers
-// with OTLP JSON.
-func fetchJaeger(ctx context.Context, base, id string) ([]*tracepb.ResourceSpans, error) {
-	u, err := url.Parse(strings.TrimRight(base, "/"))
+// with OTLP JSON. The timeout covers the whole exchange, the answer's body
+// too.
+func fetchJaeger(ctx context.Context, q jaegerQuery) ([]*tracepb.ResourceSpans, error) {
+	u, err := url.Parse(strings.TrimRight(q.base, "/"))
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("-jaeger %q: want the query service's URL, such as http://localhost:16686", base)
+		return nil, fmt.Errorf("-jaeger %q: want the query service's URL, such as http://localhost:16686", q.base)
 	}
-	u = u.JoinPath("api", "v3", "traces", id)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	u = u.JoinPath("api", "v3", "traces", q.id)
+	ctx, cancel := context.WithTimeout(ctx, q.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	rs, err := askJaeger(ctx, u.String(), q)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil, fmt.Errorf("jaeger: no whole answer within %s (-timeout %s): raise -timeout, or check %s: %w", q.timeout, q.timeout, q.base, err)
+	}
+	return rs, err
+}
+
+func askJaeger(ctx context.Context, u string, q jaegerQuery) ([]*tracepb.ResourceSpans, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -49,24 +159,33 @@ func fetchJaeger(ctx context.Context, base, id string) ([]*tracepb.ResourceSpans
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		// Only a few words of an error's body are shown: the limit is
+		// the message's, not the trace's.
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		if resp.StatusCode == http.StatusNotFound {
-			return nil, fmt.Errorf("jaeger has no trace %s (%s)", id, strings.TrimSpace(string(body)))
+			return nil, fmt.Errorf("jaeger has no trace %s (%s)", q.id, printable(strings.TrimSpace(string(body))))
 		}
-		return nil, fmt.Errorf("jaeger: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return nil, fmt.Errorf("jaeger: %s: %s", printable(resp.Status), printable(strings.TrimSpace(string(body))))
 	}
-	return setup.ReadOTLPJSON(io.LimitReader(resp.Body, maxTraceBytes))
+	if resp.ContentLength > int64(q.maxBytes) {
+		return nil, fmt.Errorf("jaeger's answer for trace %s: %w", q.id, &tooLargeError{limit: q.maxBytes})
+	}
+	rs, err := readOTLP(resp.Body, q.maxBytes)
+	if err != nil {
+		return nil, fmt.Errorf("jaeger's answer for trace %s: %w", q.id, err)
+	}
+	return rs, nil
 }
 
-// readFile reads the OTLP JSON of a file: the demo's -otlp-file, a
-// Collector file exporter's output, or a saved Jaeger answer.
-func readFile(path string) ([]*tracepb.ResourceSpans, error) {
+// readFile reads the OTLP JSON of a file, at most limit bytes: the demo's
+// -otlp-file, a Collector file exporter's output, or a saved Jaeger answer.
+func readFile(path string, limit byteSize) ([]*tracepb.ResourceSpans, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	rs, err := setup.ReadOTLPJSON(io.LimitReader(f, maxTraceBytes))
+	rs, err := readOTLP(f, limit)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -74,8 +193,8 @@ func readFile(path string) ([]*tracepb.ResourceSpans, error) {
 }
 
 // pickTrace returns the spans of trace id, or, with no id, of the only
-// trace there is.
-func pickTrace(rs []*tracepb.ResourceSpans, id string) ([]sdktrace.ReadOnlySpan, error) {
+// trace there is. from names where they came from, for the errors.
+func pickTrace(rs []*tracepb.ResourceSpans, id, from string) ([]sdktrace.ReadOnlySpan, error) {
 	byTrace := map[string][]sdktrace.ReadOnlySpan{}
 	var order []string
 	for _, r := range rs {
@@ -92,47 +211,102 @@ func pickTrace(rs []*tracepb.ResourceSpans, id string) ([]sdktrace.ReadOnlySpan,
 	if id != "" {
 		spans, ok := byTrace[strings.ToLower(id)]
 		if !ok {
-			return nil, fmt.Errorf("no trace %s here (%d traces: %s)", id, len(order), strings.Join(order, ", "))
+			return nil, fmt.Errorf("no trace %s in %s, which holds %s", id, from, listTraces(order, byTrace))
 		}
 		return spans, nil
 	}
 	switch len(order) {
 	case 0:
-		return nil, errors.New("no spans")
+		return nil, fmt.Errorf("%s holds no spans", from)
 	case 1:
 		return byTrace[order[0]], nil
 	}
-	var named []string
-	for _, tid := range order {
-		named = append(named, tid+" ("+rootName(byTrace[tid])+")")
-	}
-	return nil, fmt.Errorf("%d traces here: pass -trace ID, one of\n  %s", len(order), strings.Join(named, "\n  "))
+	return nil, fmt.Errorf("pass -trace ID: %s holds %s", from, listTraces(order, byTrace))
 }
 
-// rootName names a trace by its root: name, outcome and calls.
-func rootName(spans []sdktrace.ReadOnlySpan) string {
-	sort.SliceStable(spans, func(i, j int) bool { return spans[i].StartTime().Before(spans[j].StartTime()) })
-	root := spans[0]
-	for _, s := range spans {
-		if !s.Parent().IsValid() {
-			root = s
+// maxListed is the most traces an error lists one by one; past it, traces
+// whose roots are alike (see describeRoot) are listed once, with a count.
+const maxListed = 20
+
+// listTraces counts the traces and names each by its root, one a line, in
+// the order they came, so that a person can tell them apart.
+func listTraces(order []string, byTrace map[string][]sdktrace.ReadOnlySpan) string {
+	type group struct {
+		id, about string
+		more      int
+	}
+	var groups []*group
+	byKind := map[string]*group{}
+	for _, tid := range order {
+		about, kind := describeRoot(byTrace[tid])
+		if len(order) > maxListed {
+			if g, ok := byKind[kind]; ok {
+				g.more++
+				continue
+			}
+		}
+		g := &group{id: tid, about: about}
+		byKind[kind] = g
+		groups = append(groups, g)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:", plural(len(order), "trace"))
+	for i, g := range groups {
+		if i == maxListed {
+			rest := 0
+			for _, h := range groups[i:] {
+				rest += 1 + h.more
+			}
+			fmt.Fprintf(&b, "\n  … and %s with %s of root", plural(rest, "more trace"), plural(len(groups)-i, "other kind"))
 			break
+		}
+		id := g.id
+		if id == "" {
+			id = "(no trace ID)"
+		}
+		fmt.Fprintf(&b, "\n  %s  %s", id, g.about)
+		if g.more > 0 {
+			fmt.Fprintf(&b, "  (and %d more like it)", g.more)
+		}
+	}
+	return b.String()
+}
+
+// describeRoot names a trace by its root (the earliest span without a
+// parent, else the earliest span): its name, outcome, calls, worst case,
+// start time and spans; and its kind, all of those but the start time, by
+// which alike traces are grouped.
+func describeRoot(spans []sdktrace.ReadOnlySpan) (about, kind string) {
+	isRoot := func(s sdktrace.ReadOnlySpan) bool { return !s.Parent().IsValid() }
+	var root sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		if root == nil || isRoot(s) && !isRoot(root) || isRoot(s) == isRoot(root) && s.StartTime().Before(root.StartTime()) {
+			root = s
 		}
 	}
 	parts := []string{root.Name()}
-	for _, kv := range root.Attributes() {
-		switch kv.Key {
-		case telemetry.Outcome:
-			parts = append(parts, kv.Value.AsString())
-		case telemetry.Calls:
-			parts = append(parts, "calls="+kv.Value.String())
+	for _, k := range []attribute.Key{telemetry.Outcome, telemetry.Calls, telemetry.CallsWorstCase} {
+		for _, kv := range root.Attributes() {
+			if kv.Key != k {
+				continue
+			}
+			if k == telemetry.Outcome {
+				parts = append(parts, kv.Value.AsString())
+			} else {
+				parts = append(parts, strings.TrimPrefix(string(k), "retrace.")+"="+kv.Value.Emit())
+			}
+			break
 		}
 	}
-	return strings.Join(parts, ", ")
+	parts = append(parts, plural(len(spans), "span"))
+	kind = strings.Join(parts, ", ")
+	parts = append(parts, "started "+root.StartTime().UTC().Format("2006-01-02 15:04:05.000 UTC"))
+	return strings.Join(parts, ", "), kind
 }
 
 // stub turns an OTLP span into the SDK's read-only form, so that the tree
-// is printed as the console exporter prints it.
+// is printed as the console exporter prints it. Every text is made
+// printable on the way in (see printable).
 func stub(s *tracepb.Span) tracetest.SpanStub {
 	var tid trace.TraceID
 	var sid, pid trace.SpanID
@@ -140,13 +314,13 @@ func stub(s *tracepb.Span) tracetest.SpanStub {
 	copy(sid[:], s.GetSpanId())
 	copy(pid[:], s.GetParentSpanId())
 	st := tracetest.SpanStub{
-		Name:        s.GetName(),
+		Name:        printable(s.GetName()),
 		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}),
 		SpanKind:    trace.SpanKind(s.GetKind()),
 		StartTime:   time.Unix(0, int64(s.GetStartTimeUnixNano())),
 		EndTime:     time.Unix(0, int64(s.GetEndTimeUnixNano())),
 		Attributes:  attrs(s.GetAttributes()),
-		Status:      sdktrace.Status{Description: s.GetStatus().GetMessage()},
+		Status:      sdktrace.Status{Description: printable(s.GetStatus().GetMessage())},
 	}
 	if pid.IsValid() {
 		st.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: pid, TraceFlags: trace.FlagsSampled})
@@ -158,7 +332,7 @@ func stub(s *tracepb.Span) tracetest.SpanStub {
 		st.Status.Code = codes.Ok
 	}
 	for _, e := range s.GetEvents() {
-		st.Events = append(st.Events, sdktrace.Event{Name: e.GetName(), Time: time.Unix(0, int64(e.GetTimeUnixNano())), Attributes: attrs(e.GetAttributes())})
+		st.Events = append(st.Events, sdktrace.Event{Name: printable(e.GetName()), Time: time.Unix(0, int64(e.GetTimeUnixNano())), Attributes: attrs(e.GetAttributes())})
 	}
 	return st
 }
@@ -174,7 +348,7 @@ func attrs(kvs []*commonpb.KeyValue) []attribute.KeyValue {
 func value(v *commonpb.AnyValue) attribute.Value {
 	switch x := v.GetValue().(type) {
 	case *commonpb.AnyValue_StringValue:
-		return attribute.StringValue(x.StringValue)
+		return attribute.StringValue(printable(x.StringValue))
 	case *commonpb.AnyValue_IntValue:
 		return attribute.Int64Value(x.IntValue)
 	case *commonpb.AnyValue_DoubleValue:
@@ -184,9 +358,33 @@ func value(v *commonpb.AnyValue) attribute.Value {
 	case *commonpb.AnyValue_ArrayValue:
 		var ss []string
 		for _, e := range x.ArrayValue.GetValues() {
-			ss = append(ss, value(e).String())
+			ss = append(ss, value(e).Emit())
 		}
 		return attribute.StringSliceValue(ss)
 	}
 	return attribute.StringValue("")
+}
+
+// printable returns s with every control character (a newline, an escape
+// sequence's ESC, a carriage return) and every bidirectional override
+// written as a Go escape (\x1b, \u202e). A trace is untrusted text printed
+// to a terminal: one row per span holds only while no name breaks its
+// line, and no span may rewrite what the terminal shows.
+func printable(s string) string {
+	clean := func(r rune) bool { return !unicode.IsControl(r) && !unicode.Is(unicode.Bidi_Control, r) }
+	if !strings.ContainsFunc(s, func(r rune) bool { return !clean(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case clean(r):
+			b.WriteRune(r)
+		case r < utf8.RuneSelf:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+	}
+	return b.String()
 }

@@ -65,12 +65,15 @@ func TestExplainAlways503(t *testing.T) {
 	require.Equal(t, 0, run([]string{"explain", "-otlp-file", file}, &out, &errb), errb.String())
 	text := out.String()
 	assert.True(t, strings.HasPrefix(text, "trace "+a.TraceID+"\nruntime  "), text)
+	assert.Contains(t, text, "calls       12 leaf calls in the trace (12 leaf spans); at worst the layers could make 12\n",
+		"the trace's leaf calls against the worst case, not a share of what the provider received")
 	assert.Contains(t, text, "nested      runtime(3) × session(4) = 12")
 	assert.Contains(t, text, "- runtime and session both retry transient errors")
 }
 
 func TestExplainHiddenLayer(t *testing.T) {
-	a := explainJSON(t, "-otlp-file", demoTrace(t, "hidden-layer"))
+	file := demoTrace(t, "hidden-layer")
+	a := explainJSON(t, "-otlp-file", file)
 	assert.Equal(t, int64(36), a.WorstCase)
 	assert.Less(t, a.Calls, a.WorstCase, "the SDK's requests have no spans: fewer leaf calls than requests")
 	require.Len(t, a.Nested, 3)
@@ -84,6 +87,12 @@ func TestExplainHiddenLayer(t *testing.T) {
 		}
 	}
 	assert.Contains(t, a.Advice[0].Text, "cuts the worst case from 36 to 12")
+
+	// The 12 are what the trace saw; the 36 count the attempts it did not.
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run([]string{"explain", "-otlp-file", file}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "calls       12 leaf calls in the trace (12 leaf spans); at worst the layers could make 36, counting model's hidden attempts, which the trace does not see\n")
+	assert.NotContains(t, out.String(), "33%")
 }
 
 // The incident's governed run: the breaker opened inside the tool's retry,

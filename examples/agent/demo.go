@@ -41,6 +41,12 @@ type result struct {
 	// Details are a scenario's own figures: both runs of the incident, the
 	// two processes of crash-resume.
 	Details map[string]any `json:"details,omitempty"`
+	// traces are the traces -otlp-file gets besides TraceID's: a scenario
+	// of many calls, each a trace of its own (the fleet's).
+	traces []trace.TraceID
+	// untraced says why -otlp-file gets no trace of the scenario, when it
+	// gets none.
+	untraced string
 }
 
 type demo struct {

@@ -34,7 +34,9 @@ const (
 // fleet runs the fleet twice, with a breaker per worker and with one breaker
 // shared by all: through a State in this process's memory, or, when
 // REDIS_ADDR names a server, through Redis, by running contrib/redis's fleet
-// command (the Redis client lives in that module, not in this one).
+// command (the Redis client lives in that module, not in this one). In
+// memory, each call of the shared run is a trace of its own, and
+// -otlp-file gets every one.
 func (d *demo) fleet(ctx context.Context) (result, error) {
 	start := time.Now()
 	var local, shared int64
@@ -69,10 +71,13 @@ func (d *demo) fleet(ctx context.Context) (result, error) {
 	for _, root := range traced {
 		res.Calls += attrOf(root, telemetry.Calls).AsInt64()
 		res.LeafSpans += leafSpans(d.spans.trace(root.SpanContext().TraceID()))
+		res.traces = append(res.traces, root.SpanContext().TraceID())
 	}
 	if traced != nil {
 		res.WorstCase = int64(fleetWorkers * fleetCalls * policies.ToolRetry.MaxAttempts)
 		res.Problems = append(res.Problems, checkCounts(res)...)
+	} else {
+		res.untraced = "over Redis the fleet runs in contrib/redis's fleet command, a process of its own, whose spans this one never sees"
 	}
 	if shared > bound {
 		res.Problems = append(res.Problems, fmt.Sprintf("the shared breaker let %d requests through, more than %d", shared, bound))

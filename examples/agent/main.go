@@ -129,7 +129,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				return err
 			}
 		}
-		if err := d.writeTrace(res.TraceID); err != nil {
+		if err := d.writeTraces(res, stderr); err != nil {
 			return err
 		}
 		results = append(results, res)
@@ -168,7 +168,7 @@ func (d *demo) report(w io.Writer, results []result) error {
 			check = "✗ " + strings.Join(r.Problems, "; ")
 		}
 		leaves, calls := fmt.Sprint(r.LeafSpans), fmt.Sprint(r.Calls)
-		if r.TraceID == "" {
+		if r.TraceID == "" && len(r.traces) == 0 {
 			leaves, calls = "-", "-" // its spans are in its own processes
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t %s\t %s\t\n", r.Scenario, r.ProviderRequests, leaves, calls, check, r.Outcome, shorten(r.Diagnosis, 90))

@@ -86,18 +86,29 @@ func (d *demo) closeMetrics() error {
 	return err
 }
 
-// writeTrace appends a scenario's trace to the -otlp-file, one line of OTLP
-// JSON.
-func (d *demo) writeTrace(traceID string) error {
-	if d.otlpFile == nil || traceID == "" {
+// writeTraces appends a scenario's traces to the -otlp-file, one line of
+// OTLP JSON each: its TraceID's and, for a scenario of many calls, each
+// call's. A scenario that leaves none there says why on stderr, so that an
+// empty file is never a mystery.
+func (d *demo) writeTraces(res result, stderr io.Writer) error {
+	if d.otlpFile == nil {
 		return nil
 	}
-	id, err := trace.TraceIDFromHex(traceID)
-	if err != nil {
-		return err
+	ids := res.traces
+	if res.TraceID != "" {
+		id, err := trace.TraceIDFromHex(res.TraceID)
+		if err != nil {
+			return err
+		}
+		ids = append([]trace.TraceID{id}, ids...)
 	}
-	if err := setup.WriteOTLPJSON(d.otlpFile, d.spans.trace(id)); err != nil {
-		return fmt.Errorf("-otlp-file: %w", err)
+	if len(ids) == 0 && res.untraced != "" {
+		fmt.Fprintf(stderr, "%s: no trace in -otlp-file %s: %s\n", res.Scenario, d.opts.otlpFile, res.untraced)
+	}
+	for _, id := range ids {
+		if err := setup.WriteOTLPJSON(d.otlpFile, d.spans.trace(id)); err != nil {
+			return fmt.Errorf("-otlp-file: %w", err)
+		}
 	}
 	return nil
 }
