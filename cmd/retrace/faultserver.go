@@ -53,14 +53,16 @@ func faultserver(args []string, stderr io.Writer) error {
 		logger.Printf("request %d: model=%q stream=%t fault=%s", n+1, req.Model, req.Stream, got)
 		return got
 	})
+	// The signal handler comes first: whoever starts the server waits for
+	// "serving" and may stop it at once, and that signal must reach the
+	// orderly shutdown, not end the process.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if err := srv.StartOn(*addr); err != nil {
 		return err
 	}
 	defer srv.Close()
 	logger.Printf("serving %s with fault %s (fail-first %d)", srv.URL(), f, *failFirst)
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	<-ctx.Done()
 	logger.Printf("stopping after %d requests", srv.Requests())
 	return nil

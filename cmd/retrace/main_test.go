@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -9,7 +13,43 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		// The test's own binary, run as the command: a child of the
+		// faultserver test.
+		os.Exit(run(strings.Fields(os.Getenv(childEnv)), os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// childEnv makes the test binary run the command in it, as retrace would.
+const childEnv = "RETRACE_TEST_COMMAND"
+
+// A SIGINT sent as soon as the fault server says it serves stops it in
+// order (exit 0, "stopping after 0 requests"): the handler is installed
+// before the line that says it serves.
+func TestFaultserverStopsOnAnEarlySignal(t *testing.T) {
+	for range 5 {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"=faultserver -addr 127.0.0.1:0")
+		stderr, err := cmd.StderrPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		lines := bufio.NewScanner(stderr)
+		var rest strings.Builder
+		for lines.Scan() {
+			if strings.Contains(lines.Text(), "serving ") {
+				require.NoError(t, cmd.Process.Signal(os.Interrupt))
+				break
+			}
+		}
+		for lines.Scan() {
+			rest.WriteString(lines.Text() + "\n")
+		}
+		require.NoError(t, cmd.Wait(), "exited by the signal, not through shutdown: %s", rest.String())
+		assert.Contains(t, rest.String(), "stopping after 0 requests")
+	}
+}
 
 func TestUnknownCommandSaysSo(t *testing.T) {
 	var out, errb bytes.Buffer
