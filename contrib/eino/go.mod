@@ -1,6 +1,6 @@
 module github.com/retrace-go/retrace/contrib/eino
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/cloudwego/eino v0.9.21

@@ -1,6 +1,6 @@
 module github.com/retrace-go/retrace/contrib/genkit
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/firebase/genkit/go v1.12.0
