@@ -31,7 +31,7 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 		}
 	}
 	if t == "" {
-		t = "_OTHER"
+		t = telemetry.ErrorTypeOther
 	}
 	attrs = append(attrs, telemetry.ErrorClass.String(string(c.Class)), telemetry.ErrorType.String(t))
 	if c.Reason != "" {

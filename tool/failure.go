@@ -14,6 +14,7 @@ import (
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Failure is the final state of a failed tool call, as the model receives it.
@@ -55,7 +56,7 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	// with it.
 	what := ""
 	switch t := cls.Type; {
-	case t == "" || t == "_OTHER":
+	case t == "" || t == telemetry.ErrorTypeOther:
 	case engine.RedactKnown(t, engine.SecretsFrom(ctx)) != t:
 		what = " (an error whose code holds a secret)" // the type is worded from the error's own code
 	default:
