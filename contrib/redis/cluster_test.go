@@ -97,19 +97,19 @@ func awaitPing(t *testing.T, addr string, exited <-chan struct{}) {
 // lands.
 func TestStoreConformanceOnACluster(t *testing.T) {
 	addrs := startCluster(t)
-	rdb := redis.NewClusterClient(redisstate.ClusterOptions(addrs, time.Second))
+	rdb := redis.NewClusterClient(redisstate.ClusterOptions(addrs, testStep))
 	t.Cleanup(func() { _ = rdb.Close() })
 	n := 0
 	statetest.Run(t, func(t *testing.T) engine.State {
 		n++
-		return redisstate.New(rdb, redisstate.Options{Namespace: fmt.Sprintf("cluster-%d", n), Timeout: time.Second})
+		return redisstate.New(rdb, redisstate.Options{Namespace: fmt.Sprintf("cluster-%d", n), Timeout: testStep})
 	})
 	// The keys of one store are spread over the masters: the test is of a
 	// cluster, not of one node.
 	nodes := map[string]bool{}
 	for i := range 64 {
 		key := fmt.Sprintf("cluster-spread:breaker:%d", i)
-		st := redisstate.New(rdb, redisstate.Options{Namespace: "cluster-spread", Timeout: time.Second})
+		st := redisstate.New(rdb, redisstate.Options{Namespace: "cluster-spread", Timeout: testStep})
 		_, err := st.Breaker(context.Background(), fmt.Sprintf("breaker:%d", i), engine.BreakerOp{Kind: engine.BreakerAcquire,
 			Now: time.Unix(0, 0), FailureThreshold: 5, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour})
 		require.NoError(t, err)

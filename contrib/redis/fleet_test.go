@@ -62,14 +62,23 @@ const (
 // warmUp bounds a worker's connecting to Redis before the fleet starts.
 const warmUp = 5 * time.Second
 
-// warm connects rdb (every master of a cluster) and pings it.
+// warm connects rdb (every master of a cluster) and pings it until it
+// answers within a step's timeout, for at most warmUp.
 func warm(rdb redis.UniversalClient) error {
-	ctx, cancel := context.WithTimeout(context.Background(), warmUp)
-	defer cancel()
-	if c, ok := rdb.(*redis.ClusterClient); ok {
-		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
+	giveUp := time.Now().Add(warmUp)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), warmUp)
+		var err error
+		if c, ok := rdb.(*redis.ClusterClient); ok {
+			err = c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() })
+		} else {
+			err = rdb.Ping(ctx).Err()
+		}
+		cancel()
+		if err == nil || time.Now().After(giveUp) {
+			return err
+		}
 	}
-	return rdb.Ping(ctx).Err()
 }
 
 func runWorker() int {

@@ -31,21 +31,21 @@ func corruptStores(t *testing.T) map[string]struct {
 		ns  string
 	}{}
 	m, _ := newMini(t)
-	mini := redis.NewClient(redisstate.ClientOptions(m.Addr(), time.Second))
+	mini := redis.NewClient(redisstate.ClientOptions(m.Addr(), testStep))
 	t.Cleanup(func() { _ = mini.Close() })
 	out["miniredis"] = struct {
 		rdb *redis.Client
 		st  *redisstate.Store
 		ns  string
-	}{mini, redisstate.New(mini, redisstate.Options{Namespace: "t", Timeout: time.Second}), "t"}
-	real := redis.NewClient(redisstate.ClientOptions(redisAddr(t), time.Second))
+	}{mini, redisstate.New(mini, redisstate.Options{Namespace: "t", Timeout: testStep}), "t"}
+	real := redis.NewClient(redisstate.ClientOptions(redisAddr(t), testStep))
 	t.Cleanup(func() { _ = real.Close() })
 	ns := "heal-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	out["redis-server"] = struct {
 		rdb *redis.Client
 		st  *redisstate.Store
 		ns  string
-	}{real, redisstate.New(real, redisstate.Options{Namespace: ns, Timeout: time.Second}), ns}
+	}{real, redisstate.New(real, redisstate.Options{Namespace: ns, Timeout: testStep}), ns}
 	return out
 }
 
@@ -94,10 +94,10 @@ func TestCorruptStateHeals(t *testing.T) {
 // probe's lease has passed: then one of them probes, succeeds, and the
 // fleet is served again, within one cool-down plus the lease.
 func TestLostProbeDoesNotWedgeTheFleet(t *testing.T) {
-	rdb := redis.NewClient(redisstate.ClientOptions(redisAddr(t), time.Second))
+	rdb := redis.NewClient(redisstate.ClientOptions(redisAddr(t), testStep))
 	t.Cleanup(func() { _ = rdb.Close() })
 	ns := "wedge-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	st := redisstate.New(rdb, redisstate.Options{Namespace: ns, Timeout: time.Second})
+	st := redisstate.New(rdb, redisstate.Options{Namespace: ns, Timeout: testStep})
 	stateOf := func() circuitbreaker.State {
 		s, err := rdb.HGet(context.Background(), ns+":breaker:provider", "s").Int()
 		require.NoError(t, err)

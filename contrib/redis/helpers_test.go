@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"testing"
+	"time"
 )
 
 // newSilentServer listens on 127.0.0.1 and accepts connections without ever
@@ -40,3 +41,8 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// testStep bounds a store's step in the tests that are not about the
+// timeout: generous, so that a loaded machine running the race detector
+// decides nothing locally by accident.
+const testStep = 10 * time.Second

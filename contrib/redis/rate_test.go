@@ -17,13 +17,13 @@ import (
 // The scripts keep the rules on a real redis-server too, whose Lua is not
 // miniredis's: each test on a namespace of its own.
 func TestStoreConformanceOnRedisServer(t *testing.T) {
-	rdb := redis.NewClient(redisstate.ClientOptions(redisAddr(t), time.Second))
+	rdb := redis.NewClient(redisstate.ClientOptions(redisAddr(t), testStep))
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := "conformance-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	n := 0
 	statetest.Run(t, func(t *testing.T) engine.State {
 		n++
-		return redisstate.New(rdb, redisstate.Options{Namespace: prefix + "-" + strconv.Itoa(n), Timeout: time.Second})
+		return redisstate.New(rdb, redisstate.Options{Namespace: prefix + "-" + strconv.Itoa(n), Timeout: testStep})
 	})
 }
 

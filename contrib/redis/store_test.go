@@ -34,9 +34,9 @@ func TestMain(m *testing.M) {
 func newMini(t *testing.T) (*miniredis.Miniredis, *redisstate.Store) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	rdb := redis.NewClient(redisstate.ClientOptions(m.Addr(), time.Second))
+	rdb := redis.NewClient(redisstate.ClientOptions(m.Addr(), testStep))
 	t.Cleanup(func() { _ = rdb.Close() })
-	return m, redisstate.New(rdb, redisstate.Options{Namespace: "t", Timeout: time.Second})
+	return m, redisstate.New(rdb, redisstate.Options{Namespace: "t", Timeout: testStep})
 }
 
 func TestStoreConformance(t *testing.T) {
