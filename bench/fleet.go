@@ -108,7 +108,7 @@ func HTTPCall(client *http.Client, url string) func(ctx context.Context) error {
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode >= 400 {
-			return middleware.APIErrorFrom(resp)
+			return policies.APIErrorFrom(resp)
 		}
 		return nil
 	}

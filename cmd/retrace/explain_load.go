@@ -293,7 +293,7 @@ func describeRoot(spans []sdktrace.ReadOnlySpan) (about, kind string) {
 			if k == telemetry.Outcome {
 				parts = append(parts, kv.Value.AsString())
 			} else {
-				parts = append(parts, strings.TrimPrefix(string(k), "retrace.")+"="+kv.Value.Emit())
+				parts = append(parts, strings.TrimPrefix(string(k), "retrace.")+"="+kv.Value.String())
 			}
 			break
 		}
@@ -358,7 +358,7 @@ func value(v *commonpb.AnyValue) attribute.Value {
 	case *commonpb.AnyValue_ArrayValue:
 		var ss []string
 		for _, e := range x.ArrayValue.GetValues() {
-			ss = append(ss, value(e).Emit())
+			ss = append(ss, value(e).String())
 		}
 		return attribute.StringSliceValue(ss)
 	}
