@@ -315,22 +315,63 @@ func requestSpan[Req any](req Req, resend int, attrs []attribute.KeyValue) (stri
 	return method, []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(kv...)}
 }
 
-// safeURL is u without credentials or fragment, and with every query value
-// replaced by REDACTED: a query is where some providers take their API key
-// (?key=…), and its keys alone say what was asked.
+// safeURL is u without credentials or fragment, with every query value
+// replaced by REDACTED, and every path segment and query parameter name
+// that is a secret: a query is where some providers take their API key
+// (?key=…), a path where others do (/v1/keys/sk-…/chat) and where a
+// webhook's token is, and the rest says what was asked.
+//
+// A segment or a name is a secret when policies.Redact, reading it as a part
+// of a URL's path, would redact any of it: a key, a value of a secret's name,
+// an opaque token (a run of 16 letters and digits with both), but not an
+// object ID, a UUID, a model name (gpt-4o-mini-2024-07-18) or a date. A
+// webhook's token is one whatever it holds: Slack's
+// /services/T…/B…/{token} and Discord's /webhooks/{id}/{token}.
 func safeURL(u *url.URL) string {
 	c := *u
 	c.User, c.Fragment, c.RawFragment = nil, "", ""
+	secret := func(s string) bool {
+		p := "https://h/" + s // s where a URL's path holds it, as Redact reads one
+		return policies.Redact(p) != p
+	}
+	if c.Opaque == "" && c.Path != "" {
+		segs := strings.Split(c.EscapedPath(), "/")
+		changed := false
+		// Backwards: a webhook's rule reads the segments before, as they were.
+		for i := len(segs) - 1; i >= 0; i-- {
+			seg, err := url.PathUnescape(segs[i])
+			if err != nil {
+				seg = segs[i]
+			}
+			slack := i >= 3 && segs[i-3] == "services" && strings.HasPrefix(segs[i-2], "T") && strings.HasPrefix(segs[i-1], "B")
+			discord := i >= 2 && segs[i-2] == "webhooks" && segs[i-1] != "" && strings.Trim(segs[i-1], "0123456789") == ""
+			if seg != "" && (slack || discord || secret(seg)) {
+				segs[i], changed = "REDACTED", true
+			}
+		}
+		if changed {
+			c.RawPath = strings.Join(segs, "/")
+			c.Path, _ = url.PathUnescape(c.RawPath)
+		}
+	}
 	if c.RawQuery != "" {
 		q, err := url.ParseQuery(c.RawQuery)
 		if err != nil {
 			c.RawQuery = "REDACTED"
 		} else {
+			var hidden []string // the values of the names that are secrets
 			for k, vs := range q {
 				for i := range vs {
 					vs[i] = "REDACTED"
 				}
 				q[k] = vs
+				if secret(k) {
+					delete(q, k)
+					hidden = append(hidden, vs...)
+				}
+			}
+			if len(hidden) > 0 {
+				q["REDACTED"] = append(q["REDACTED"], hidden...)
 			}
 			c.RawQuery = q.Encode()
 		}

@@ -397,7 +397,28 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 		c.frame.reportWorst()
 	}
 	if c.recording && l.cfg.endAttrs != nil {
-		c.span.SetAttributes(l.cfg.endAttrs(resp, err)...)
+		// The answer's words (its model, its ID) may echo a credential: a
+		// value Redact would change is written as [REDACTED].
+		attrs, known := l.cfg.endAttrs(resp, err), c.known()
+		for i, kv := range attrs {
+			switch kv.Value.Type() {
+			case attribute.STRING:
+				if v := kv.Value.AsString(); policies.Redact(v, known...) != v {
+					attrs[i] = kv.Key.String("[REDACTED]")
+				}
+			case attribute.STRINGSLICE:
+				vs, changed := kv.Value.AsStringSlice(), false
+				for j, v := range vs {
+					if policies.Redact(v, known...) != v {
+						vs[j], changed = "[REDACTED]", true
+					}
+				}
+				if changed {
+					attrs[i] = kv.Key.StringSlice(vs)
+				}
+			}
+		}
+		c.span.SetAttributes(attrs...)
 	}
 	if err != nil {
 		failed := cls // its own variable: only a failure pays for the copy the enclosing attempt keeps

@@ -13,12 +13,13 @@ const (
 	alnumChars    = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 	tokenChars    = alnumChars + "._~+/*-_"
 	keyChars      = alnumChars + "_*-"
-	valueChars    = tokenChars + "=:@!?#%$()<>{|^`\\"     // no space, quote, '&', ',', ';' or '}'
-	queryChars    = tokenChars + "=:@!?%$(){|^`\\"        // no space, quote, '&', '#', '<', '>', ',', ';' or '}'
-	pwChars       = alnumChars + "._~+*-_=:@!%$(),;&{}|^" // no space, quote, '/', '?', '#', '<', '>', '\\' or '`'
-	userChars     = alnumChars + "._~+*-_"                // token characters but '/', which ends an authority
-	randomLetters = "Zq4Rt8Lm2Wx"                         // letters and digits in a row, with both
-	opaqueHead    = "a1B2c3D4e5F6g7H8"                    // 16 of them
+	valueChars    = tokenChars + "=:@!?#%$()<>{|^`\\"         // no space, quote, '&', ',', ';' or '}'
+	queryChars    = tokenChars + "=:@!?%$(){|^`\\"            // no space, quote, '&', '#', '<', '>', ',', ';' or '}'
+	pwChars       = alnumChars + "._~+*-_=:@!%$(),;&{}|^"     // no space, quote, '/', '?', '#', '<', '>', '\\' or '`'
+	userChars     = alnumChars + "._~+*-_"                    // token characters but '/', which ends an authority
+	cookieChars   = alnumChars + "!#$%&'()*+-./:<=>?@^_`{|}~" // a cookie's octets: no space, '"', ',', ';' or '\\'
+	randomLetters = "Zq4Rt8Lm2Wx"                             // letters and digits in a row, with both
+	opaqueHead    = "a1B2c3D4e5F6g7H8"                        // 16 of them
 )
 
 // secretShape is a secret as it appears in text and the part that must not
@@ -45,8 +46,8 @@ func pick(n uint8, options ...string) string { return options[int(n)%len(options
 // holds none, so a body found in the output is the secret's, unless the
 // fuzzed text around it holds it too.
 func makeSecret(shape uint8, raw []byte) secretShape {
-	v := shape / 8
-	switch shape % 8 {
+	v := shape / shapes
+	switch shape % shapes {
 	case 0: // a scheme and its token
 		body := "Q7" + draw(raw, tokenChars+"=", 4)
 		return secretShape{pick(v, "Bearer", "bearer", "Basic", "BASIC") + " " + body, body}
@@ -71,7 +72,7 @@ func makeSecret(shape uint8, raw []byte) secretShape {
 	case 3: // a secret's name and its value
 		name := pick(v, "api_key", "apikey", "API-KEY", "access_token", "auth-token", "token", "secret", "password",
 			"authorization", "x-api-key", "OPENAI_API_KEY", "client_secret", "secret_key")
-		sep := pick(v/13, "=", ": ", `": "`, "='", " = ", ":")
+		sep := pick(v/4, "=", ": ", `": "`, "='", " = ", ":")
 		if strings.Contains(name, "_") && name != "api_key" && name != "access_token" && sep[0] != '=' && sep[0] != '"' {
 			sep = "=" // the end of a longer name needs '=' or quotes
 		}
@@ -81,17 +82,33 @@ func makeSecret(shape uint8, raw []byte) secretShape {
 		body := opaqueHead + draw(raw, tokenChars, 15) + "Z"
 		return secretShape{body, body}
 	case 5: // a query parameter
-		name := pick(v, "key", "api_key", "access_token", "token", "sig", "signature", "code", "client_secret", "password", "X-Amz-Signature")
+		name := pick(v, "key", "api_key", "access_token", "token", "sig", "signature", "code", "client_secret", "password", "X-Amz-Signature",
+			"auth", "pwd", "session", "credential", "X-Amz-Credential", "jwt")
 		body := "v4" + draw(raw, queryChars, 0)
-		return secretShape{"https://example.com/api/x?" + pick(v/10, "", "q=go&") + name + "=" + body, body}
+		return secretShape{"https://example.com/api/x?" + pick(v/16, "", "q=go&") + name + "=" + body, body}
 	case 6: // a password in a URL
 		body := "p4" + draw(raw, pwChars, 6)
 		return secretShape{"https://" + pick(v, "user", "x-access-token", "", "oauth") + ":" + body + "@example.com/path", body}
-	default: // a token as a URL's user name
+	case 7: // a token as a URL's user name
 		body := "u5" + draw(raw, userChars, 14) + "q"
 		return secretShape{"https://" + body + "@example.com/", body}
+	case 8: // a cookie header's value
+		body := "c6" + draw(raw, cookieChars, 0)
+		header := pick(v, "Cookie: session=", "cookie:sid=", `"Cookie": "a=1; token=`, "Set-Cookie: id=", "Cookie: theme=dark; s=")
+		return secretShape{header + body + pick(v/5, "", "; theme=dark", "; Path=/; HttpOnly", `"`), body}
+	case 9: // a token after the word that names it, not ending in a full stop
+		body := "t9" + draw(raw, tokenChars, 5) + "Z"
+		return secretShape{pick(v, "token", "Token", "credential", "CREDENTIALS", "bearer credential", "Bearer token", "BEARER") + pick(v/7, " ", "\n\t", "  ") + body, body}
+	default: // a token in a URL's path: a part of key characters with a run of 16
+		body := opaqueHead + draw(raw, keyChars, 0)
+		path := pick(v, "https://api.example.com/v1/keys/", "https://hooks.slack.com/services/T0AB12CD/B0EF34GH/",
+			"https://discord.com/api/webhooks/1122334455/", "http://u:p@h:8080/a/b/")
+		return secretShape{path + body + pick(v/4, "", "/chat", "?x=1", "#top"), body}
 	}
 }
+
+// shapes is the number of shapes makeSecret builds.
+const shapes = 11
 
 func FuzzRedact(f *testing.F) {
 	for _, in := range []struct {

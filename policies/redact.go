@@ -33,8 +33,20 @@ import (
 //     bearer rule takes the token after it;
 //   - a URL query or fragment parameter named sig or code, or whose name, or
 //     last part after '_' or '-', is key, apikey, token, signature, secret,
-//     password, passwd or authorization (api_key, access_token,
-//     client_secret, X-Amz-Signature): its value, the other parameters kept;
+//     password, passwd, pwd, authorization, auth, session, credential,
+//     credentials or jwt (api_key, access_token, client_secret,
+//     X-Amz-Signature, X-Amz-Credential, user_session): its value, the other
+//     parameters kept;
+//   - a Cookie or Set-Cookie header, ':' or '=' with optional quotes and
+//     spaces, and the value of each of its name=value pairs up to a space,
+//     '"', ',', ';' or '\' (a quoted value up to its closing quote):
+//     "Cookie: session=[REDACTED]; theme=[REDACTED]"; of Set-Cookie only the
+//     first pair, the cookie, its attributes (Path=/) kept;
+//   - the word token, credential, credentials or bearer, whitespace, and a
+//     token of 8 or more of [A-Za-z0-9._~+/*_-] with letters and digits
+//     among them: "invalid bearer credential [REDACTED]", while "token limit
+//     exceeded" and "bearer token missing" are kept. "Bearer" before one of
+//     those words leaves the token to it;
 //   - the password in a URL's userinfo ("https://user:[REDACTED]@host"), or
 //     a user name without a password that is a token: 16 or more of
 //     [A-Za-z0-9._~+*_-], letters and digits among them;
@@ -46,11 +58,18 @@ import (
 //     paths, model names such as anthropic.claude-3-5-sonnet-20241022-v2,
 //     UUIDs) are kept, and so are a provider's object IDs, a known prefix
 //     then letters and digits only (req_…, chatcmpl-…, msg_…, call_…): they
-//     grant nothing, and support asks for them.
+//     grant nothing, and support asks for them. In the path of a URL (after
+//     its authority) a part of [A-Za-z0-9_*-] between slashes needs no 32
+//     characters, only the run of 16: a key or a webhook's token
+//     (https://hooks.slack.com/services/T…/B…/[REDACTED]); a file's path
+//     keeps such a part (/tmp/TestRunTask2874651/), as a tool's error
+//     names it.
 //
 // A redacted token that is itself a secret's name ("Bearer api_key: …",
-// "Bearer api_key=…") or a value ending in ':' ("password: OPENAI_API_KEY:
-// …") takes the value after it along.
+// "Bearer api_key=…"), a value ending in ':' ("password: OPENAI_API_KEY:
+// …") or in a secret's name and '=' ("password=secret='…'"), a cookie
+// header's name ("password: Cookie: sid=…") or a word that names a token
+// ("secret: credential tok_…") takes what it names along.
 //
 // Redact scans s once, left to right, trying at each position only the rules
 // that can start there; caches of what it learnt about the current token and
@@ -100,6 +119,7 @@ const (
 	cHostEnd               // \s / ? # " ' < > \ `: ends a URL's authority
 	cParamName             // [A-Za-z0-9_.-]: a character of a query parameter's name
 	cKeyStart              // the first character of a key prefix, in either case
+	cCookieEnd             // \s " , ; \: ends a cookie's value
 )
 
 var charClass = func() (t [256]uint16) {
@@ -127,6 +147,7 @@ var charClass = func() (t [256]uint16) {
 	set("#<>", cQueryEnd)
 	set("/?#\"'<>\\`", cHostEnd)
 	set(alnum+"_.-", cParamName)
+	set("\t\n\f\r \",;\\", cCookieEnd)
 	for _, kp := range keyPrefixes {
 		set(kp.text[:1], cKeyStart)
 		if !kp.exact {
@@ -163,6 +184,17 @@ type redactScan struct {
 	// has none; -1 when none. The scan of each part stops at its end, so that
 	// no rule crosses it and a second Redact sees the same parts.
 	colon, at, stop int
+
+	// in[urlFrom:urlTo] is the path of the last URL, its token characters
+	// after the authority, where a part is judged more strictly than in
+	// text. A second Redact finds a path cut at the first [REDACTED], and
+	// judges the parts after it as text: what the strict rule kept, the
+	// other keeps too.
+	urlFrom, urlTo int
+
+	// noPair: a cookie's name read from before it runs to it without '=',
+	// as any read from later in that run would.
+	noPair int
 }
 
 // prev returns the character before position i in the output: a replacement
@@ -204,6 +236,16 @@ func (sc *redactScan) step(i int) int {
 	}
 	if pk&cWord == 0 && c|0x20 == 'b' {
 		if j := sc.bearer(i); j >= 0 {
+			return j
+		}
+	}
+	if pk&cWord == 0 && c|0x20 == 'c' {
+		if j := sc.cookie(i); j >= 0 {
+			return j
+		}
+	}
+	if pk&cWord == 0 {
+		if j := sc.afterWord(i); j >= 0 {
 			return j
 		}
 	}
@@ -257,6 +299,15 @@ func (sc *redactScan) resume(i int) (int, bool) {
 		return i, true
 	case sc.stop >= 0:
 		sc.s, sc.stop = sc.in, -1
+		if i < len(sc.in) && sc.in[i] == '/' {
+			e := i
+			for e < len(sc.in) && charClass[sc.in[e]]&cToken != 0 {
+				e++
+			}
+			// The path is judged part by part, also after a port, where the
+			// run of token characters began.
+			sc.urlFrom, sc.urlTo, sc.path = i, e, true
+		}
 		return i, true
 	}
 	return i, false
@@ -265,24 +316,32 @@ func (sc *redactScan) resume(i int) (int, bool) {
 // replaceName replaces in[from:to] like replace, where in[name:to] is the
 // token replaced, and returns where the scan goes on. When that token is a
 // secret's name (a bearer "token", a key or opaque token ending in
-// "_api_key") or ends in ':' (a value "OPENAI_API_KEY:" after "password:"),
-// a value assigned to it follows, which would otherwise have lost the name
-// that marks it: that is replaced too, and so on along a chain.
+// "_api_key"), ends in ':' (a value "OPENAI_API_KEY:" after "password:")
+// or is a secret's name and '=' (a value "secret=" cut at the quote before
+// its own value), a value assigned to it follows, which would otherwise have
+// lost the name that marks it: that is replaced too, and so on along a
+// chain. So are the cookies after a header's name and the token after its
+// word ("password: Cookie: sid=…", "secret: credential tok_…").
 func (sc *redactScan) replaceName(from, to int, with string, name int) int {
 	for {
 		sc.replace(from, to, with)
 		tok := sc.in[name:to]
-		var v, e int
+		if j := sc.named(tok, to); j >= 0 {
+			return j
+		}
+		v := -1
+		var e int
 		switch {
-		case strings.HasSuffix(tok, ":"):
+		case strings.HasSuffix(tok, ":"), strings.HasSuffix(tok, "=") && secretParam(tok[:len(tok)-1]):
 			v, e = sc.valueAt(to - 1)
 		case secretParam(tok):
 			v, e = sc.valueAt(to)
-		default:
-			return to
 		}
 		if v < 0 {
 			return to
+		}
+		if j := sc.cookieValue(v); j >= 0 {
+			return j
 		}
 		from, to, with, name = v, e, redacted, v
 	}
@@ -403,7 +462,8 @@ func secretParam(name string) bool {
 }
 
 // secretWords name secrets, alone or as the last part of a name.
-var secretWords = [...]string{"key", "apikey", "token", "signature", "secret", "password", "passwd", "authorization"}
+var secretWords = [...]string{"key", "apikey", "token", "signature", "secret", "password", "passwd", "pwd",
+	"authorization", "auth", "session", "credential", "credentials", "jwt"}
 
 // assignment redacts the value given to a secret's name at i.
 //
@@ -432,6 +492,9 @@ func (sc *redactScan) value(j int) int {
 	v, e := sc.valueAt(j)
 	if v < 0 {
 		return -1
+	}
+	if j := sc.cookieValue(v); j >= 0 {
+		return j
 	}
 	return sc.replaceName(v, e, redacted, v)
 }
@@ -568,10 +631,163 @@ func (sc *redactScan) bearer(i int) int {
 		}
 		e++
 	}
-	if e-j < 6 || isScheme(s[j:e]) && e < len(s) && charClass[s[e]]&cSpace != 0 {
+	if e-j < 6 || isScheme(s[j:e]) && e < len(s) && charClass[s[e]]&cSpace != 0 || namesNext(s[j:e]) {
 		return -1
 	}
 	return sc.replaceName(i+n, e, " "+redacted, j)
+}
+
+// named redacts what follows in[to:] when tok, just replaced, names it (see
+// namesNext), with a ':' after it or not, and returns where the scan goes
+// on, or -1 when nothing it names follows.
+func (sc *redactScan) named(tok string, to int) int {
+	if strings.HasSuffix(tok, ":") {
+		tok, to = tok[:len(tok)-1], to-1
+	}
+	switch {
+	case !namesNext(tok):
+		return -1
+	case tokenWord(tok) == len(tok):
+		return sc.tokenAt(to)
+	}
+	return sc.cookieAt(to, len(tok) > len("cookie"))
+}
+
+// namesNext reports whether t is a word that names what follows it, which a
+// rule of its own redacts: the bearer rule leaves "Bearer credential
+// <token>" and "Bearer Cookie: <cookies>" to it, and a value redacted whole
+// takes it along.
+func namesNext(t string) bool {
+	return tokenWord(t) == len(t) || foldLen(t, "cookie") == len(t) || foldLen(t, "set-cookie") == len(t)
+}
+
+// tokenWord returns the length of the word that names the token after it
+// (token, credential, credentials, bearer) t starts with, or 0.
+func tokenWord(t string) int {
+	if t == "" {
+		return 0
+	}
+	switch t[0] | 0x20 {
+	case 't':
+		return foldLen(t, "token")
+	case 'c':
+		if n := foldLen(t, "credentials"); n > 0 {
+			return n
+		}
+		return foldLen(t, "credential")
+	case 'b':
+		return foldLen(t, "bearer")
+	}
+	return 0
+}
+
+// afterWord redacts the token after a word that names it at i
+// ("credential tok_live_51H…"): whitespace, then 8 or more token
+// characters with letters and digits among them, with any '=' padding, a
+// full stop left to the sentence. An ordinary word after it ("token limit
+// exceeded") has no digit.
+func (sc *redactScan) afterWord(i int) int {
+	n := tokenWord(sc.s[i:])
+	if n == 0 {
+		return -1
+	}
+	return sc.tokenAt(i + n)
+}
+
+// tokenAt redacts the token after the word that names it, which ends at w.
+func (sc *redactScan) tokenAt(w int) int {
+	s := sc.s
+	if w >= len(s) || charClass[s[w]]&cSpace == 0 {
+		return -1
+	}
+	j := skipSpace(s, w)
+	e := j
+	for e < len(s) && charClass[s[e]]&cToken != 0 {
+		e++
+	}
+	end := e
+	for end < len(s) && s[end] == '=' {
+		end++
+	}
+	if end == e {
+		for end > j && s[end-1] == '.' {
+			end--
+		}
+	}
+	if end-j < 8 || !hasLetterAndDigit(s[j:end]) {
+		return -1
+	}
+	return sc.replaceName(j, end, redacted, j)
+}
+
+// cookie redacts the values of the Cookie or Set-Cookie header whose
+// "cookie" is at i: each name=value pair's value, of Set-Cookie only the
+// first pair's (the others are its attributes). It returns where the
+// header's last pair ends, or -1 when no pair follows the name.
+func (sc *redactScan) cookie(i int) int {
+	n := foldLen(sc.s[i:], "cookie")
+	if n == 0 {
+		return -1
+	}
+	return sc.cookieAt(i+n, i >= 4 && sc.last <= i-4 && foldLen(sc.s[i-4:], "set-") > 0)
+}
+
+// cookieValue redacts the cookies of a value at v that is a cookie header
+// ("Authorization: cookie:sid=…"), whose own value reads on past where a
+// value ends ('&'), and returns where they end, or -1.
+func (sc *redactScan) cookieValue(v int) int {
+	if n := foldLen(sc.s[v:], "set-cookie"); n > 0 {
+		return sc.cookieAt(v+n, true)
+	}
+	if n := foldLen(sc.s[v:], "cookie"); n > 0 {
+		return sc.cookieAt(v+n, false)
+	}
+	return -1
+}
+
+// cookieAt redacts the cookies after a header's name, which ends at h; set
+// tells Set-Cookie.
+func (sc *redactScan) cookieAt(h int, set bool) int {
+	s := sc.s
+	j := skipSpace(s, skipQuote(s, h))
+	if j >= len(s) || s[j] != ':' && s[j] != '=' || strings.HasPrefix(s[j:], "://") {
+		return -1
+	}
+	j = skipQuote(s, skipSpace(s, j+1))
+	end := -1
+	for {
+		if j < sc.noPair {
+			return end
+		}
+		eq := j
+		for eq < len(s) && s[eq] != '=' && charClass[s[eq]]&cCookieEnd == 0 {
+			eq++
+		}
+		if eq == j || eq >= len(s) || s[eq] != '=' {
+			sc.noPair = eq
+			return end
+		}
+		v := eq + 1
+		quoted := v < len(s) && s[v] == '"'
+		if quoted {
+			v++
+		}
+		e := v
+		for e < len(s) && (quoted && s[e] != '"' && s[e] != ';' && s[e] != '\n' || !quoted && charClass[s[e]]&cCookieEnd == 0) {
+			e++
+		}
+		if e > v && s[v:e] != redacted {
+			sc.replace(v, e, redacted)
+		}
+		end = e
+		if quoted && e < len(s) && s[e] == '"' {
+			end = e + 1
+		}
+		if set || end >= len(s) || s[end] != ';' {
+			return end
+		}
+		j = skipSpace(s, end+1)
+	}
 }
 
 // keyPrefix is a provider's key prefix.
@@ -730,7 +946,8 @@ func (sc *redactScan) keyRun(i, k int) (end int, random bool) {
 }
 
 // objectIDs are prefixes of the IDs providers give requests and objects.
-var objectIDs = [...]string{"req_", "chatcmpl-", "resp_", "msg_", "run_", "thread_", "asst_", "call_", "toolu_", "file-", "batch_"}
+var objectIDs = [...]string{"req_", "chatcmpl-", "resp_", "msg_", "msgbatch_", "run_", "thread_", "asst_", "call_", "toolu_",
+	"file-", "file_", "batch_", "vs_", "ftjob-", "org-", "proj_"}
 
 // objectIDStart marks the first bytes of objectIDs.
 var objectIDStart = func() (t [256]bool) {
@@ -753,7 +970,7 @@ func (sc *redactScan) opaque(i int) int {
 	for j < len(s) && charClass[s[j]]&in != 0 {
 		j++
 	}
-	if j-i < opaqueLen {
+	if j-i < opaqueLen && !(j-i >= opaqueRun && sc.urlPart(i) && allOf(s[i:j], cKey)) {
 		sc.tokEnd, sc.tokPath = j, sc.path // a part is shorter still
 		return -1
 	}
@@ -793,6 +1010,12 @@ func (sc *redactScan) opaque(i int) int {
 	return sc.replaceName(i, end, redacted, i)
 }
 
+// urlPart reports whether a part of a path starts at i in a URL's path,
+// after a slash.
+func (sc *redactScan) urlPart(i int) bool {
+	return sc.path && sc.stop < 0 && sc.urlFrom < i && i < sc.urlTo && sc.prev(i) == '/'
+}
+
 // isObjectID reports whether tok is a provider's object ID: a known prefix,
 // then letters and digits only.
 func isObjectID(tok string) bool {
@@ -820,4 +1043,34 @@ func hasLetterAndDigit(s string) bool {
 		seen |= charClass[s[i]] & (cAlpha | cDigit)
 	}
 	return seen == cAlpha|cDigit
+}
+
+// redactAPIErrors redacts the known values in the code and message of each
+// *APIError in err's chain, in place: retrace built them from a provider's
+// answer, which may echo the key it was sent, and errors.As on the error a
+// layer returns must not find it there. It looks at as many errors as
+// AsAPIError does.
+func redactAPIErrors(err error, known []string) {
+	seen := 0
+	redactAPIChain(err, known, 0, &seen)
+}
+
+func redactAPIChain(err error, known []string, depth int, seen *int) {
+	for ; err != nil && depth < 16 && *seen < maxChain; depth++ {
+		*seen++
+		if e, ok := err.(*APIError); ok {
+			e.Code, e.Message = engine.RedactKnown(e.Code, known), engine.RedactKnown(e.Message, known)
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				redactAPIChain(e, known, depth+1, seen)
+			}
+			return
+		default:
+			return
+		}
+	}
 }

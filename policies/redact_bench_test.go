@@ -32,6 +32,9 @@ func BenchmarkRedact(b *testing.B) {
 		{"1MiB_bearers", strings.Repeat("Bearer ", mib/7)},
 		{"1MiB_one_token", strings.Repeat("0123456789abcdef", mib/16)},
 		{"1MiB_one_word", strings.Repeat("a", mib)},
+		{"1MiB_cookies", strings.Repeat("Cookie:-", mib/8)},
+		{"1MiB_token_words", strings.Repeat("credential -", mib/12)},
+		{"1MiB_url_path", "https://h/" + strings.Repeat("abcdefgh12345678/", mib/17)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

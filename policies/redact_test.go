@@ -150,6 +150,9 @@ func TestRedactRepeatedNearMisses(t *testing.T) {
 		{strings.Repeat("?token", 3), strings.Repeat("?token", 3)},
 		{strings.Repeat("Bearer ", 3) + "x", strings.Repeat("Bearer ", 3) + "x"},
 		{"token" + strings.Repeat(" ", 10) + "x", "token" + strings.Repeat(" ", 10) + "x"},
+		{strings.Repeat("Cookie:-", 3), strings.Repeat("Cookie:-", 3)},
+		{strings.Repeat("credential -", 3), strings.Repeat("credential -", 3)},
+		{"https://h/" + strings.Repeat("abcdefgh12345678/", 3), "https://h/" + strings.Repeat("[REDACTED]/", 3)},
 	} {
 		assert.Equal(t, tt.want, Redact(tt.in))
 	}
@@ -170,4 +173,97 @@ func TestRedactKnownValues(t *testing.T) {
 		assert.Equal(t, tt.want, Redact(tt.in, append(known, "Tr0ub4dor&3horse")...), "%q", tt.in)
 	}
 	assert.Equal(t, Redact("pw sk-proj-AbCdEf1234567890"), Redact("pw sk-proj-AbCdEf1234567890", nil...))
+}
+
+// The secrets outside probes found past Redact: query parameters of more
+// names, cookie headers, a token after the word that names it, and a token
+// of 16 in a URL's path.
+func TestRedactMoreShapes(t *testing.T) {
+	for _, tt := range []struct{ name, in, want string }{
+		// Query parameters named auth, pwd, session, credential, jwt.
+		{"query auth", `Get "https://h/p?auth=s3cr3tvalue&x=1": dial tcp: connection refused`,
+			`Get "https://h/p?auth=[REDACTED]&x=1": dial tcp: connection refused`},
+		{"query more names", "https://h/p?pwd=a1&session=a2&credential=a3&jwt=a4&user_session=a5&x-auth=a6&credentials=a7&page=2",
+			"https://h/p?pwd=[REDACTED]&session=[REDACTED]&credential=[REDACTED]&jwt=[REDACTED]&user_session=[REDACTED]&x-auth=[REDACTED]&credentials=[REDACTED]&page=2"},
+		{"presigned credential", "https://b.s3.amazonaws.com/o?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20240101%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20240101T000000Z",
+			"https://b.s3.amazonaws.com/o?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=[REDACTED]&X-Amz-Date=20240101T000000Z"},
+
+		// Cookie headers.
+		{"cookie", "read tcp: connection reset; request had Cookie: session=abc123; theme=dark",
+			"read tcp: connection reset; request had Cookie: session=[REDACTED]; theme=[REDACTED]"},
+		{"cookie short value", "Cookie: sid=x1", "Cookie: sid=[REDACTED]"},
+		{"set-cookie keeps its attributes", "Set-Cookie: session=Zq7xW2tenant; Path=/; HttpOnly; Secure",
+			"Set-Cookie: session=[REDACTED]; Path=/; HttpOnly; Secure"},
+		{"cookie in json", `{"headers": {"Cookie": "sid=abc; csrf=def", "Accept": "*/*"}}`,
+			`{"headers": {"Cookie": "sid=[REDACTED]; csrf=[REDACTED]", "Accept": "*/*"}}`},
+		{"cookie quoted value", `cookie: token="a b"; n=1`, `cookie: token="[REDACTED]"; n=[REDACTED]`},
+		{"cookie base64 value", "Cookie: s=YWJj+ZGVm/Z2hp==; n=1", "Cookie: s=[REDACTED]; n=[REDACTED]"},
+		{"lower case, no space", "cookie:sess=9f8e7d", "cookie:sess=[REDACTED]"},
+
+		// A token after the word that names it.
+		{"bearer credential", "invalid bearer credential tok_live_51HabcdEFGH123", "invalid bearer credential [REDACTED]"},
+		{"token word", "token abcd1234 is not valid", "token [REDACTED] is not valid"},
+		{"credential word", "Credential AKIAIOSFODNN7EXAMPLE rejected.", "Credential [REDACTED] rejected."},
+		{"credentials word", "bad credentials 8f3a9c2e1b", "bad credentials [REDACTED]"},
+		{"a full stop ends it", "invalid token tok_9f8e7d6c5b.", "invalid token [REDACTED]."},
+		{"bearer token word", "bearer token ab12cd34ef", "bearer token [REDACTED]"},
+		{"after a newline", "token\n\tabc123def", "token\n\t[REDACTED]"},
+
+		// A redacted value that names what follows takes it along.
+		{"a cookie header as a value", `ApikeY: "Cookie": "a=1; token=c6W"`, `ApikeY: "Cookie": "a=[REDACTED]; token=[REDACTED]"`},
+		{"a cookie header and ':' as a value", "password: Set-Cookie: sid=x1; Path=/", "password: Set-Cookie: sid=[REDACTED]; Path=/"},
+		{"a token word as a value", "secret: credential tok_live_51HabcdEFGH123", "secret: [REDACTED] [REDACTED]"},
+		{"a name and '=' as a value", "password=secret='abcd1234' ok", "password=[REDACTED]'[REDACTED]' ok"},
+		{"a cookie header as a value, its first cookie", "ApikeY: Cookie: theme=dark; s=c6W", "ApikeY: Cookie: theme=[REDACTED]; s=[REDACTED]"},
+		{"a cookie header as an assignment's value", "Authorization: cookie:sid=c6&WWWWWWW 0", "Authorization: cookie:sid=[REDACTED] 0"},
+		{"a padded value is no name", "password: dXNlcjpwYXNzd29yZA== next", "password: [REDACTED] next"},
+
+		// A URL's path: a part of letters, digits, '-' and '_' with a run
+		// of 16 letters and digits, both among them.
+		{"path key", "https://h.example.com/v1/keys/abcd1234efgh5678/chat", "https://h.example.com/v1/keys/[REDACTED]/chat"},
+		{"slack webhook", `Post "https://hooks.slack.com/services/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": EOF`,
+			`Post "https://hooks.slack.com/services/T0123ABCD/B0456EFGH/[REDACTED]": EOF`},
+		{"discord webhook", "https://discord.com/api/webhooks/112233445566778899/Zx9_Yw8-Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe",
+			"https://discord.com/api/webhooks/112233445566778899/[REDACTED]"},
+		{"path after a query-less url", "see https://h/x/abcdefgh12345678ijkl and retry", "see https://h/x/[REDACTED] and retry"},
+		{"path after a port", "http://u:p@h:8080/a/b/a1B2c3D4e5F6g7H8W", "http://u:[REDACTED]@h:8080/a/b/[REDACTED]"},
+		{"long path after a port", "http://h:8080/a/0123456789abcdef0123456789abcdef/x", "http://h:8080/a/[REDACTED]/x"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Redact(tt.in)
+			assert.Equal(t, tt.want, got)
+			assert.Equal(t, got, Redact(got), "a second Redact changes nothing")
+		})
+	}
+}
+
+func TestRedactKeepsMoreOrdinaryText(t *testing.T) {
+	for _, s := range []string{
+		"token limit exceeded",
+		"credential expired",
+		"bearer token missing",
+		"bearer credential expired",
+		"invalid credentials",
+		"the token 2024-01-01 expired", // no letter among the digits
+		"tokens 1234abcd used",         // "tokens" is no name of one
+		"max_tokens abcd1234",
+		"Cookie: none",
+		"cookies: 3",
+		"?sessions=2&author=me&auth_type=basic&session_id",
+		// A URL's path keeps IDs, UUIDs, model names and dated versions.
+		"https://api.openai.com/v1/chat/completions/chatcmpl-AbC123dEf456GhI789jKl012",
+		"https://api.anthropic.com/v1/messages/batches/msgbatch_01HkcTjaV5uDC8jWR4ZsDV8d",
+		"https://api.openai.com/v1/files/file-abc123DEF456ghi789/content",
+		"https://h/v1/threads/thread_abc123DEF456ghi789/runs/run_abc123DEF456ghi789",
+		"https://h/v1/requests/123e4567-e89b-12d3-a456-426614174000",
+		"https://h/v1/models/gpt-4o-mini-2024-07-18",
+		"https://h/model/anthropic.claude-3-5-sonnet-20241022-v2:0/invoke",
+		"https://h/v1beta/models/gemini-1.5-pro-002:generateContent",
+		"https://h.openai.azure.com/openai/deployments/my-gpt4o-2024/chat/completions?api-version=2024-06-01",
+		"https://h/v1/report2024final.pdf", // not only key characters
+		// A file path is judged as text: only a URL's path is this strict.
+		"open /tmp/TestRunTaskCheckpoint2874651/001/task.json: permission denied",
+	} {
+		assert.Equal(t, s, Redact(s))
+	}
 }

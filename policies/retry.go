@@ -293,5 +293,8 @@ func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Clas
 	if rep.Cause != nil && fe.Type == "" {
 		fe.Type = errorType(rep.Cause)
 	}
+	if len(fe.known) > 0 {
+		redactAPIErrors(fe.Err, fe.known)
+	}
 	return fe
 }

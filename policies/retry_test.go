@@ -3,6 +3,7 @@ package policies_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -201,4 +202,70 @@ func TestOrPresetKeepsWhatIsSet(t *testing.T) {
 	own := RetryConfig{MaxAttempts: 2}
 	assert.Equal(t, own.MaxAttempts, own.OrPreset(ToolRetry).MaxAttempts)
 	assert.Zero(t, own.OrPreset(ToolRetry).Backoff.Base, "a config of its own is not mixed with the preset")
+}
+
+// A provider that echoes the key it was sent puts it in the *APIError
+// retrace decodes; the layer that gives up redacts the known values in each
+// one in the chain, so that errors.As on its error finds none.
+func TestFailedErrorRedactsKnownValuesInItsAPIErrors(t *testing.T) {
+	const key = "Zq7xW2.tenant.91" // in no shape a pattern knows: only its exact value can redact it
+	ctx := WithSecrets(context.Background(), key)
+	for name, fail := range map[string]func() error{
+		"the last attempt's answer": func() error {
+			return &APIError{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: " + key}
+		},
+		"every answer of a joined chain": func() error {
+			return errors.Join(
+				fmt.Errorf("first: %w", &APIError{StatusCode: 403, Code: "denied_" + key, Message: "key " + key + " may not"}),
+				&APIError{StatusCode: 401, Message: key},
+			)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := failsafe.With[int](NewRetry[int](RetryConfig{MaxAttempts: 2})).WithContext(ctx).Get(func() (int, error) {
+				return 0, fail()
+			})
+			var fe *FailedError
+			require.ErrorAs(t, err, &fe)
+			var api *APIError
+			require.ErrorAs(t, err, &api)
+			assert.NotContains(t, api.Message, key)
+			assert.NotContains(t, api.Code, key)
+			assert.Contains(t, api.Message, "[REDACTED]")
+			var all []string
+			for _, e := range unwrapAll(err) {
+				if a, ok := e.(*APIError); ok {
+					all = append(all, a.Code, a.Message)
+				}
+			}
+			require.NotEmpty(t, all)
+			for _, s := range all {
+				assert.NotContains(t, s, key)
+			}
+			assert.NotContains(t, err.Error(), key)
+		})
+	}
+
+	// Without known values the provider's words are kept as they are.
+	api := &APIError{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: " + key}
+	_, err := failsafe.With[int](NewRetry[int](RetryConfig{MaxAttempts: 1})).Get(func() (int, error) { return 0, api })
+	require.Error(t, err)
+	assert.Equal(t, "Incorrect API key provided: "+key, api.Message)
+}
+
+// unwrapAll is every error in err's chain, depth first.
+func unwrapAll(err error) []error {
+	if err == nil {
+		return nil
+	}
+	out := []error{err}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		out = append(out, unwrapAll(u.Unwrap())...)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			out = append(out, unwrapAll(e)...)
+		}
+	}
+	return out
 }

@@ -256,6 +256,15 @@ func (s *Session) fallback(ctx context.Context, _ struct{}) (Message, error) {
 	if len(errs) == 1 {
 		return msg, err // the first candidate's failure, as a session without fallbacks returns it
 	}
+	if known := engine.SecretsFrom(ctx); len(known) > 0 {
+		// The providers' answers retrace decoded may echo a credential:
+		// errors.As on the chain's error must not find it.
+		for _, e := range errs {
+			if api, ok := errors.AsType[*policies.APIError](e); ok {
+				api.Code, api.Message = engine.RedactKnown(api.Code, known), engine.RedactKnown(api.Message, known)
+			}
+		}
+	}
 	return msg, &FallbackError{Failures: failed, errs: decisiveFirst(errs, failed, stopped), text: text}
 }
 
