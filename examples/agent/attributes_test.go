@@ -33,6 +33,13 @@ var notEmittedByTheDemo = map[string]string{
 	// The demo's layers all record on one provider; middleware's tests give
 	// an SDK request a provider that records nothing.
 	"retrace.calls.untraced": "only when a layer's spans are not recorded beneath a recorded root",
+	// The mcp scenario's server is a child process over stdio, whose tools
+	// answer; contrib/mcp's tests run one over Streamable HTTP and make it
+	// answer JSON-RPC errors.
+	"mcp.session.id":           "only over Streamable HTTP, whose server gives the session an ID; the demo's runs over stdio",
+	"network.protocol.name":    "only over Streamable HTTP; the demo's MCP server runs over stdio",
+	"network.protocol.version": "only over Streamable HTTP; the demo's MCP server runs over stdio",
+	"rpc.response.status_code": "only on an MCP request answered with a JSON-RPC error; the demo's tool answers isError",
 }
 
 // keySeen is where a key was first seen, for the failure messages.

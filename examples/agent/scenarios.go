@@ -131,6 +131,7 @@ func scenarios() []scenario {
 			about:  "search_docs answers 429 for 30 minutes: a naive loop calls it 31 times until MaxSteps; under retrace the breaker opens after 5 calls and the model is told to use another tool",
 			custom: (*demo).incident,
 		},
+		{name: "mcp", about: "the incident with search_docs an MCP tool in its own process, answering 429: a naive loop sends it 31 requests; under retrace the breaker opens after 5 and the model uses the other tool; the server's spans are in the client's trace", custom: (*demo).mcp},
 		{
 			name:   "crash-resume",
 			about:  "a 30-step task in a child process killed at step 18, then run again: it resumes at step 18, keeps steps 1–17, and does not call its recorded permanent failure again",

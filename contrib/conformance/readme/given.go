@@ -12,6 +12,7 @@ import (
 
 	retraceeino "github.com/retrace-go/retrace/contrib/eino"
 	retracegenkit "github.com/retrace-go/retrace/contrib/genkit"
+	retracemcp "github.com/retrace-go/retrace/contrib/mcp"
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
 
 	"github.com/retrace-go/retrace/policies"
@@ -48,6 +49,7 @@ var (
 	_ = redis.NewClient
 	_ = retraceeino.New
 	_ = retracegenkit.New
+	_ = retracemcp.New
 	_ = adk.NewRunner
 	_ = compat_oai.OpenAICompatible{}
 	_ = einoopenai.NewChatModel
