@@ -96,44 +96,6 @@ func (c *cache) search(_ context.Context, a searchArgs) (string, error) {
 	return "cached runbook (yesterday): the 429s come from the payment API's per-minute quota; back off and batch", nil
 }
 
-// model plays the agent's LLM on the fault server: it searches the docs,
-// reads what the tool said, and answers once it has something.
-func model(n int, req retracetest.Request) retracetest.Fault {
-	last := req.Messages[len(req.Messages)-1]
-	call := func(name string) retracetest.Fault {
-		return retracetest.CallTools(retracetest.ToolCall{Name: name, Arguments: `{"query":"payment API 429 incident"}`})
-	}
-	if last.Role != "tool" {
-		return call("search_docs")
-	}
-	var res struct {
-		Error *tool.Failure `json:"error"`
-	}
-	if json.Unmarshal([]byte(last.Content), &res) == nil && res.Error != nil {
-		// A structured failure says what to do: wait, or go elsewhere.
-		if !res.Error.Retryable || strings.Contains(res.Error.Hint, "use another tool") && strings.Contains(res.Error.Hint, "unavailable") {
-			return call("search_cache")
-		}
-		return call("search_docs")
-	}
-	if strings.HasPrefix(last.Content, "error:") {
-		return call("search_docs") // a bare error text: the model can only try again
-	}
-	return retracetest.Reply("From " + toolName(req.Messages, last.ToolCallID) + ": " + last.Content)
-}
-
-// toolName finds the tool a tool message answers, by its call's ID.
-func toolName(msgs []retracetest.Message, callID string) string {
-	for _, m := range msgs {
-		for _, c := range m.ToolCalls {
-			if c.ID == callID {
-				return c.Name
-			}
-		}
-	}
-	return "a tool"
-}
-
 // naiveTools runs the tools as a loop without governance does: once, with
 // the error text handed to the model.
 type naiveTools map[string]func(ctx context.Context, args string) (string, error)
@@ -164,7 +126,7 @@ func bare[A, R any](fn func(context.Context, A) (R, error)) func(context.Context
 // incident runs the loop twice against the same outage: naive, then
 // governed, and reports both.
 func (d *demo) incident(ctx context.Context) (result, error) {
-	srv := retracetest.New(model)
+	srv := retracetest.New(retracetest.ToolAgent("search_docs", "search_cache", "payment API 429 incident"))
 	if err := srv.Start(); err != nil {
 		return result{}, err
 	}

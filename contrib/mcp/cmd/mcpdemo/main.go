@@ -168,7 +168,7 @@ type demo struct {
 // run runs the agent loop against a fresh MCP server: naively (its
 // requests traced, none governed), or under retrace.
 func (d *demo) run(ctx context.Context, governed bool) (side, error) {
-	srv := retracetest.New(modelScript)
+	srv := retracetest.New(retracetest.ToolAgent("search_docs", "search_cache", "payment API 429 incident"))
 	if err := srv.Start(); err != nil {
 		return side{}, err
 	}
@@ -368,40 +368,6 @@ func (c *cache) n() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.calls
-}
-
-// modelScript plays the agent's model on the fault server: it searches the
-// docs, reads what the tool said, and answers once it has something.
-func modelScript(_ int, req retracetest.Request) retracetest.Fault {
-	last := req.Messages[len(req.Messages)-1]
-	call := func(name string) retracetest.Fault {
-		return retracetest.CallTools(retracetest.ToolCall{Name: name, Arguments: `{"query":"payment API 429 incident"}`})
-	}
-	if last.Role != "tool" {
-		return call("search_docs")
-	}
-	var res struct {
-		Error *tool.Failure `json:"error"`
-	}
-	if json.Unmarshal([]byte(last.Content), &res) == nil && res.Error != nil {
-		// A structured failure says what to do: wait, or go elsewhere.
-		if !res.Error.Retryable || strings.Contains(res.Error.Hint, "use another tool") && strings.Contains(res.Error.Hint, "unavailable") {
-			return call("search_cache")
-		}
-		return call("search_docs")
-	}
-	if strings.HasPrefix(last.Content, "error:") {
-		return call("search_docs") // a bare error text: the model can only try again
-	}
-	tool := "a tool"
-	for _, m := range req.Messages {
-		for _, c := range m.ToolCalls {
-			if c.ID == last.ToolCallID {
-				tool = c.Name
-			}
-		}
-	}
-	return retracetest.Reply("From " + tool + ": " + last.Content)
 }
 
 // requestLog reads the MCP server's stderr: one event a line.
