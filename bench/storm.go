@@ -11,6 +11,7 @@ import (
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // Strategy is how the clients of a storm retry.
@@ -212,9 +213,9 @@ func (s *sim) attempt(id int) {
 	served := s.now >= s.cfg.Outage && s.load[w] <= s.cfg.Capacity
 	if c.breaker != nil {
 		if served {
-			_ = c.breaker.Record(permit, engine.Success, s.clk)
+			_ = c.breaker.Record(permit, state.Success, s.clk)
 		} else {
-			_ = c.breaker.Record(permit, engine.Fail, s.clk)
+			_ = c.breaker.Record(permit, state.Fail, s.clk)
 		}
 	}
 	if !served {

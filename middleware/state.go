@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/policies/state"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -34,12 +34,12 @@ func newStateMeter(mp metric.MeterProvider, layer string) *stateMeter {
 // noteState says on span where a decision of a policy with a shared state
 // came from, and, when the shared state failed, adds the degraded event and
 // counts it. A policy without a shared state writes nothing.
-func (c *call[Req, Resp]) noteState(ctx context.Context, span trace.Span, u engine.StateUse) {
+func (c *call[Req, Resp]) noteState(ctx context.Context, span trace.Span, u state.Use) {
 	if u.Policy == "" {
 		return
 	}
 	policy := telemetry.PolicyBudget
-	if u.Policy == engine.StateBreaker {
+	if u.Policy == state.PolicyBreaker {
 		policy = telemetry.PolicyCircuitBreaker
 	}
 	if c.recording && span != nil {
@@ -50,7 +50,7 @@ func (c *call[Req, Resp]) noteState(ctx context.Context, span trace.Span, u engi
 		span.SetAttributes(telemetry.State.String(where))
 		if u.Degraded != nil {
 			span.AddEvent(telemetry.EventStateDegraded, trace.WithAttributes(
-				telemetry.Policy.String(policy), telemetry.StateError.String(engine.DegradedType(u.Degraded))))
+				telemetry.Policy.String(policy), telemetry.StateError.String(state.DegradedType(u.Degraded))))
 		}
 	}
 	if u.Degraded != nil && c.l.state != nil && c.l.state.degraded != nil {

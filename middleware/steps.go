@@ -17,6 +17,7 @@ import (
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -113,12 +114,12 @@ func (l *layer[Req, Resp]) breakerStep(h breakerPolicy, next step[Req, Resp]) st
 		}
 		c.noteState(ctx, spanOr(span, c.current()), permit.State())
 		resp, err := next(ctx, c, req)
-		count := engine.Success
+		count := state.Success
 		if err != nil {
 			count = engine.CountOf(string(c.classifyFor(ctx, h, err).Class))
 		}
 		if serr := b.Record(permit, count, clk); serr != nil {
-			c.noteState(ctx, spanOr(span, c.current()), engine.StateUse{Policy: engine.StateBreaker, Degraded: serr})
+			c.noteState(ctx, spanOr(span, c.current()), state.Use{Policy: state.PolicyBreaker, Degraded: serr})
 		}
 		c.endPolicySpan(ctx, span, err)
 		return resp, err

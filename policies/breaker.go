@@ -9,6 +9,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // BreakerConfig configures a circuit breaker. The zero value opens after 5
@@ -174,24 +175,24 @@ func (cb *CircuitBreaker[R]) TryAcquirePermit() bool {
 // records it (nil is a success).
 func (cb *CircuitBreaker[R]) RecordError(err error) {
 	if err == nil {
-		cb.record(engine.Success)
+		cb.record(state.Success)
 		return
 	}
 	cb.record(engine.CountOf(string(cb.cfg.Classifier.Classify(err).Class)))
 }
 
 // RecordResult implements circuitbreaker.CircuitBreaker: a result is a success.
-func (cb *CircuitBreaker[R]) RecordResult(R) { cb.record(engine.Success) }
+func (cb *CircuitBreaker[R]) RecordResult(R) { cb.record(state.Success) }
 
 // RecordSuccess implements circuitbreaker.CircuitBreaker.
-func (cb *CircuitBreaker[R]) RecordSuccess() { cb.record(engine.Success) }
+func (cb *CircuitBreaker[R]) RecordSuccess() { cb.record(state.Success) }
 
 // RecordFailure implements circuitbreaker.CircuitBreaker: a Transient failure.
-func (cb *CircuitBreaker[R]) RecordFailure() { cb.record(engine.Fail) }
+func (cb *CircuitBreaker[R]) RecordFailure() { cb.record(state.Fail) }
 
 // record records a call made through failsafe-go's permit API, which hands
 // out no permit: it counts toward the state the breaker is in now.
-func (cb *CircuitBreaker[R]) record(c engine.Count) { cb.engine().RecordCurrent(c, nil) }
+func (cb *CircuitBreaker[R]) record(c state.Count) { cb.engine().RecordCurrent(c, nil) }
 
 // Open opens the breaker now.
 func (cb *CircuitBreaker[R]) Open() { cb.engine().Set(circuitbreaker.OpenState, nil) }
@@ -262,7 +263,7 @@ func (e *breakerExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.Pol
 		}
 		pr := inner(exec)
 		if pr.Error == nil {
-			e.b.Record(permit, engine.Success, nil)
+			e.b.Record(permit, state.Success, nil)
 			return pr.WithDone(true, true)
 		}
 		cls, _ := e.Judge(exec.Context(), nil, pr.Error)

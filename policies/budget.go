@@ -8,6 +8,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // TaskBudget is one retry count shared by every retrying layer and tool of a
@@ -60,13 +61,13 @@ func (b *TaskBudget) TryDraw() bool {
 
 // Draw takes one retry, from the shared State if the budget has one, and
 // says which state decided.
-func (b *TaskBudget) Draw(ctx context.Context) (bool, engine.StateUse) {
+func (b *TaskBudget) Draw(ctx context.Context) (bool, state.Use) {
 	if b.state == nil {
-		return b.drawLocal(), engine.StateUse{}
+		return b.drawLocal(), state.Use{}
 	}
 	v, err := b.state.Draw(ctx, b.key, b.limit, b.ttl)
 	if err != nil {
-		return b.drawLocal(), engine.StateUse{Policy: engine.StateBudget, Degraded: err}
+		return b.drawLocal(), state.Use{Policy: state.PolicyBudget, Degraded: err}
 	}
 	for {
 		// The local count follows the shared one up, never down.
@@ -78,7 +79,7 @@ func (b *TaskBudget) Draw(ctx context.Context) (bool, engine.StateUse) {
 	if !v.OK {
 		b.deny.Add(1)
 	}
-	return v.OK, engine.StateUse{Policy: engine.StateBudget, Shared: true}
+	return v.OK, state.Use{Policy: state.PolicyBudget, Shared: true}
 }
 
 func (b *TaskBudget) drawLocal() bool {
@@ -177,23 +178,23 @@ func (b *RetryBudget) Config() RetryBudgetConfig { return b.cfg }
 
 // step records a call or asks for a retry, on the State if there is one,
 // else, or when it fails, on the local window.
-func (b *RetryBudget) step(ctx context.Context, retry bool) (bool, engine.StateUse) {
-	op := engine.RatioOp{Retry: retry, Now: b.cfg.Clock.Now(), Window: b.cfg.Window, Ratio: b.cfg.Ratio, MinRetries: b.cfg.MinRetries}
-	var use engine.StateUse
+func (b *RetryBudget) step(ctx context.Context, retry bool) (bool, state.Use) {
+	op := state.RatioOp{Retry: retry, Now: b.cfg.Clock.Now(), Window: b.cfg.Window, Ratio: b.cfg.Ratio, MinRetries: b.cfg.MinRetries}
+	var use state.Use
 	if b.cfg.State != nil {
 		v, err := b.cfg.State.Ratio(ctx, b.key, op)
 		if err == nil {
 			b.seen(v)
-			return v.OK, engine.StateUse{Policy: engine.StateBudget, Shared: true}
+			return v.OK, state.Use{Policy: state.PolicyBudget, Shared: true}
 		}
-		use = engine.StateUse{Policy: engine.StateBudget, Degraded: err}
+		use = state.Use{Policy: state.PolicyBudget, Degraded: err}
 	}
 	v, _ := b.local.Ratio(ctx, b.key, op) // memory never fails
 	b.seen(v)
 	return v.OK, use
 }
 
-func (b *RetryBudget) seen(v engine.RatioView) {
+func (b *RetryBudget) seen(v state.RatioView) {
 	r := 0.0
 	if v.Calls > 0 {
 		r = v.Retries / v.Calls
@@ -220,7 +221,7 @@ func (b *RetryBudget) TryAcquirePermit() bool {
 }
 
 // AcquireFrom asks for one retry and says which state decided.
-func (b *RetryBudget) AcquireFrom(ctx context.Context) (bool, engine.StateUse) {
+func (b *RetryBudget) AcquireFrom(ctx context.Context) (bool, state.Use) {
 	return b.step(ctx, true)
 }
 

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
-	"github.com/retrace-go/retrace/internal/engine"
-	"github.com/retrace-go/retrace/internal/engine/statetest"
+	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/policies/statetest"
 )
 
 // startCluster starts a Redis Cluster of three masters from redis-server,
@@ -100,7 +100,7 @@ func TestStoreConformanceOnACluster(t *testing.T) {
 	rdb := redis.NewClusterClient(redisstate.ClusterOptions(addrs, testStep))
 	t.Cleanup(func() { _ = rdb.Close() })
 	n := 0
-	statetest.Run(t, func(t *testing.T) engine.State {
+	statetest.Run(t, func(t *testing.T) state.State {
 		n++
 		return redisstate.New(rdb, redisstate.Options{Namespace: fmt.Sprintf("cluster-%d", n), Timeout: testStep})
 	})
@@ -110,7 +110,7 @@ func TestStoreConformanceOnACluster(t *testing.T) {
 	for i := range 64 {
 		key := fmt.Sprintf("cluster-spread:breaker:%d", i)
 		st := redisstate.New(rdb, redisstate.Options{Namespace: "cluster-spread", Timeout: testStep})
-		_, err := st.Breaker(context.Background(), fmt.Sprintf("breaker:%d", i), engine.BreakerOp{Kind: engine.BreakerAcquire,
+		_, err := st.Breaker(context.Background(), fmt.Sprintf("breaker:%d", i), state.BreakerOp{Kind: state.BreakerAcquire,
 			Now: time.Unix(0, 0), FailureThreshold: 5, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour})
 		require.NoError(t, err)
 		c, err := rdb.MasterForKey(context.Background(), key)

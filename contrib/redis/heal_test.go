@@ -13,8 +13,8 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
-	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // corruptStores are a store on miniredis and one on the real redis-server
@@ -62,7 +62,7 @@ func TestCorruptStateHeals(t *testing.T) {
 			} {
 				key := "breaker:c" + strconv.Itoa(i)
 				require.NoError(t, s.rdb.HSet(ctx, s.ns+":"+key, fields...).Err())
-				v, err := s.st.Breaker(ctx, key, engine.BreakerOp{Kind: engine.BreakerAcquire, Now: time.Unix(100, 0),
+				v, err := s.st.Breaker(ctx, key, state.BreakerOp{Kind: state.BreakerAcquire, Now: time.Unix(100, 0),
 					FailureThreshold: 5, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour, ProbeLease: time.Minute})
 				require.NoError(t, err, "%v", fields)
 				require.Equal(t, circuitbreaker.ClosedState, v.State, "%v", fields)

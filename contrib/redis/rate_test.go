@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
-	"github.com/retrace-go/retrace/internal/engine"
-	"github.com/retrace-go/retrace/internal/engine/statetest"
+	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/policies/statetest"
 )
 
 // The scripts keep the rules on a real redis-server too, whose Lua is not
@@ -21,7 +21,7 @@ func TestStoreConformanceOnRedisServer(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	prefix := "conformance-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	n := 0
-	statetest.Run(t, func(t *testing.T) engine.State {
+	statetest.Run(t, func(t *testing.T) state.State {
 		n++
 		return redisstate.New(rdb, redisstate.Options{Namespace: prefix + "-" + strconv.Itoa(n), Timeout: testStep})
 	})
@@ -34,14 +34,14 @@ func TestRateWindowIsInTheBreakersKey(t *testing.T) {
 	ctx := context.Background()
 	now := time.Unix(1000, 0)
 	for i := range 30 {
-		o := engine.BreakerOp{Kind: engine.BreakerAcquire, Now: now.Add(time.Duration(i) * time.Second), FailureThreshold: 5,
+		o := state.BreakerOp{Kind: state.BreakerAcquire, Now: now.Add(time.Duration(i) * time.Second), FailureThreshold: 5,
 			Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour, FailureRate: 0.5, MinimumCalls: 20, Window: 10 * time.Second}
 		v, err := st.Breaker(ctx, "breaker:p", o)
 		require.NoError(t, err)
 		require.True(t, v.Granted, "call %d: one failure in three stays below the rate", i)
-		o.Kind, o.Gen, o.Count = engine.BreakerRecord, v.Gen, engine.Success
+		o.Kind, o.Gen, o.Count = state.BreakerRecord, v.Gen, state.Success
 		if i%3 == 0 {
-			o.Count = engine.Fail
+			o.Count = state.Fail
 		}
 		_, err = st.Breaker(ctx, "breaker:p", o)
 		require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestRateWindowIsInTheBreakersKey(t *testing.T) {
 	require.Equal(t, time.Hour, m.TTL("t:breaker:p"))
 	fields, err := m.HKeys("t:breaker:p")
 	require.NoError(t, err)
-	require.Len(t, fields, 10+3*engine.RateBuckets, "the record's 10 fields and the window's 10 buckets")
+	require.Len(t, fields, 10+3*state.RateBuckets, "the record's 10 fields and the window's 10 buckets")
 	m.FastForward(2 * time.Hour)
 	require.Empty(t, m.Keys())
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // DefaultTimeout bounds a step on Redis when nothing else does: a Lua step
@@ -107,7 +107,7 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 // k successful probes, e/f/u executions, failures, successes, l when the
 // last probe granted loses its slot (µs; ARGV[15] is the lease); with a failure
 // rate (ARGV[12] > 0), the window's 10 buckets in slots 0–9: iN the
-// bucket's index (engine.RateBucket, ARGV[14]), nN its calls, xN its
+// bucket's index (state.RateBucket, ARGV[14]), nN its calls, xN its
 // failures. A transition empties the window.
 var breakerScript = redis.NewScript(`
 local h = redis.call('HMGET', KEYS[1], 's','g','c','o','p','k','e','f','u','l')
@@ -229,15 +229,15 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 return {s, g, o, granted, isProbe, changed, from, e, f, u}
 `)
 
-var opKinds = map[engine.BreakerOpKind]string{
-	engine.BreakerAcquire: "a", engine.BreakerRecord: "r", engine.BreakerRecordCurrent: "c", engine.BreakerSet: "s",
+var opKinds = map[state.BreakerOpKind]string{
+	state.BreakerAcquire: "a", state.BreakerRecord: "r", state.BreakerRecordCurrent: "c", state.BreakerSet: "s",
 }
 
 // Breaker implements policies.State.
-func (s *Store) Breaker(ctx context.Context, key string, op engine.BreakerOp) (engine.BreakerView, error) {
+func (s *Store) Breaker(ctx context.Context, key string, op state.BreakerOp) (state.BreakerView, error) {
 	kind, ok := opKinds[op.Kind]
 	if !ok {
-		return engine.BreakerView{}, fmt.Errorf("redisstate: unknown breaker step %d", op.Kind)
+		return state.BreakerView{}, fmt.Errorf("redisstate: unknown breaker step %d", op.Kind)
 	}
 	rate := op.FailureRate
 	if !(rate > 0) {
@@ -250,15 +250,15 @@ func (s *Store) Breaker(ctx context.Context, key string, op engine.BreakerOp) (e
 	res, err := s.run(ctx, breakerScript, []string{s.key(key)}, kind, op.Now.UnixMicro(),
 		op.FailureThreshold, op.Delay.Microseconds(), op.HalfOpenProbes, op.SuccessThreshold, ttlMs(op.TTL),
 		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
-		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, engine.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds())
+		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds())
 	if err != nil {
-		return engine.BreakerView{}, err
+		return state.BreakerView{}, err
 	}
 	n, err := ints(res, 10)
 	if err != nil {
-		return engine.BreakerView{}, fmt.Errorf("redisstate: %s: %w", key, err)
+		return state.BreakerView{}, fmt.Errorf("redisstate: %s: %w", key, err)
 	}
-	return engine.BreakerView{
+	return state.BreakerView{
 		State: circuitbreaker.State(n[0]), Gen: uint64(n[1]), OpenedAt: time.UnixMicro(n[2]),
 		Granted: n[3] == 1, Probe: n[4] == 1, Changed: n[5] == 1, From: circuitbreaker.State(n[6]),
 		Executions: uint(n[7]), Failures: uint(n[8]), Successes: uint(n[9]),
@@ -281,16 +281,16 @@ return {1, used}
 `)
 
 // Draw implements policies.State.
-func (s *Store) Draw(ctx context.Context, key string, limit int64, ttl time.Duration) (engine.DrawView, error) {
+func (s *Store) Draw(ctx context.Context, key string, limit int64, ttl time.Duration) (state.DrawView, error) {
 	res, err := s.run(ctx, drawScript, []string{s.key(key)}, limit, ttlMs(ttl))
 	if err != nil {
-		return engine.DrawView{}, err
+		return state.DrawView{}, err
 	}
 	n, err := ints(res, 2)
 	if err != nil {
-		return engine.DrawView{}, fmt.Errorf("redisstate: %s: %w", key, err)
+		return state.DrawView{}, fmt.Errorf("redisstate: %s: %w", key, err)
 	}
-	return engine.DrawView{OK: n[0] == 1, Used: n[1]}, nil
+	return state.DrawView{OK: n[0] == 1, Used: n[1]}, nil
 }
 
 // ratioScript counts calls (q) and retries (r) in the current window's hash
@@ -320,8 +320,8 @@ return {ok, tostring(calls), tostring(retries)}
 
 // Ratio implements policies.State. Both windows' keys share a hash tag, so
 // that on a cluster they live on one node.
-func (s *Store) Ratio(ctx context.Context, key string, op engine.RatioOp) (engine.RatioView, error) {
-	idx, into := engine.RatioWindow(op.Now, op.Window)
+func (s *Store) Ratio(ctx context.Context, key string, op state.RatioOp) (state.RatioView, error) {
+	idx, into := state.RatioWindow(op.Now, op.Window)
 	base := s.key("{" + key + "}:")
 	retry := "0"
 	if op.Retry {
@@ -330,18 +330,18 @@ func (s *Store) Ratio(ctx context.Context, key string, op engine.RatioOp) (engin
 	res, err := s.run(ctx, ratioScript, []string{base + strconv.FormatInt(idx, 10), base + strconv.FormatInt(idx-1, 10)},
 		strconv.FormatFloat(1-into, 'g', -1, 64), retry, strconv.FormatFloat(op.Ratio, 'g', -1, 64), op.MinRetries, ttlMs(2*op.Window))
 	if err != nil {
-		return engine.RatioView{}, err
+		return state.RatioView{}, err
 	}
 	if len(res) != 3 {
-		return engine.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, ErrReply)
+		return state.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, ErrReply)
 	}
 	ok, _ := res[0].(int64)
 	calls, err1 := strconv.ParseFloat(fmt.Sprint(res[1]), 64)
 	retries, err2 := strconv.ParseFloat(fmt.Sprint(res[2]), 64)
 	if err1 != nil || err2 != nil {
-		return engine.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, ErrReply)
+		return state.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, ErrReply)
 	}
-	return engine.RatioView{OK: ok == 1, Calls: calls, Retries: retries}, nil
+	return state.RatioView{OK: ok == 1, Calls: calls, Retries: retries}, nil
 }
 
 // ttlMs is a key's expiry in whole milliseconds, at least one.

@@ -17,10 +17,10 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
-	"github.com/retrace-go/retrace/internal/engine"
-	"github.com/retrace-go/retrace/internal/engine/statetest"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/policies/statetest"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -40,7 +40,7 @@ func newMini(t *testing.T) (*miniredis.Miniredis, *redisstate.Store) {
 }
 
 func TestStoreConformance(t *testing.T) {
-	statetest.Run(t, func(t *testing.T) engine.State {
+	statetest.Run(t, func(t *testing.T) state.State {
 		_, st := newMini(t)
 		return st
 	})
@@ -49,12 +49,12 @@ func TestStoreConformance(t *testing.T) {
 func TestKeysAreNamespacedAndExpire(t *testing.T) {
 	m, st := newMini(t)
 	ctx := context.Background()
-	_, err := st.Breaker(ctx, "breaker:p", engine.BreakerOp{Kind: engine.BreakerAcquire, Now: time.Unix(0, 0),
+	_, err := st.Breaker(ctx, "breaker:p", state.BreakerOp{Kind: state.BreakerAcquire, Now: time.Unix(0, 0),
 		FailureThreshold: 5, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	_, err = st.Draw(ctx, "task:t1", 6, 24*time.Hour)
 	require.NoError(t, err)
-	_, err = st.Ratio(ctx, "retry:p", engine.RatioOp{Now: time.Unix(95, 0), Window: 10 * time.Second, Ratio: 0.1, MinRetries: 3})
+	_, err = st.Ratio(ctx, "retry:p", state.RatioOp{Now: time.Unix(95, 0), Window: 10 * time.Second, Ratio: 0.1, MinRetries: 3})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"t:breaker:p", "t:task:t1", "t:{retry:p}:9"}, m.Keys())
 	require.Equal(t, time.Hour, m.TTL("t:breaker:p"))
@@ -71,9 +71,9 @@ func TestStepsFailWhenRedisDoes(t *testing.T) {
 	require.Error(t, err)
 	m.SetError("")
 	m.Close()
-	_, err = st.Breaker(context.Background(), "breaker:p", engine.BreakerOp{Kind: engine.BreakerAcquire, Now: time.Now(), TTL: time.Hour})
+	_, err = st.Breaker(context.Background(), "breaker:p", state.BreakerOp{Kind: state.BreakerAcquire, Now: time.Now(), TTL: time.Hour})
 	require.Error(t, err)
-	require.Equal(t, "unavailable", engine.DegradedType(err))
+	require.Equal(t, "unavailable", state.DegradedType(err))
 }
 
 // A step that Redis does not answer within the timeout ends at the timeout:
@@ -86,7 +86,7 @@ func TestStepTimesOut(t *testing.T) {
 	_, err := st.Draw(context.Background(), "task:t", 1, time.Hour)
 	require.Error(t, err)
 	require.True(t, errors.Is(err, context.DeadlineExceeded) || isTimeout(err), "%v", err)
-	require.Equal(t, "timeout", engine.DegradedType(err))
+	require.Equal(t, "timeout", state.DegradedType(err))
 }
 
 // spans runs calls through a layer with a shared breaker and budgets on st

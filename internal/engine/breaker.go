@@ -8,6 +8,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // BreakerLimits are a circuit breaker's settings, with defaults filled in.
@@ -16,7 +17,7 @@ type BreakerLimits struct {
 	FailureThreshold int // consecutive failures that open it, without FailureRate
 	// FailureRate, if above 0, opens it instead when at least this share of
 	// the calls in the last Window failed, once the window holds
-	// MinimumCalls: see [RateBucket] for how the window is cut.
+	// MinimumCalls: see [state.RateBucket] for how the window is cut.
 	FailureRate      float64
 	MinimumCalls     int
 	Window           time.Duration
@@ -30,33 +31,33 @@ type BreakerLimits struct {
 	// State, if set, holds the breaker's state for every breaker of the same
 	// Key: they open, probe and close together. When it fails, the breaker
 	// decides on its own local state until it answers again.
-	State State
+	State state.State
 	Key   string        // the record's key in State
 	TTL   time.Duration // the record expires this long after its last step
 }
 
 // Breaker is a circuit breaker's state machine. It counts what it is told
-// (see [Count]); which errors count is the caller's decision. It is safe for
+// (see [state.Count]); which errors count is the caller's decision. It is safe for
 // concurrent use.
 type Breaker struct {
 	lim BreakerLimits
 
 	mu          sync.Mutex
 	state       circuitbreaker.State
-	gen         uint64     // transitions so far: a permit is stale once it moves on
-	consecutive int        // consecutive failures while closed
-	window      rateWindow // calls and failures while closed, with FailureRate
-	openedAt    time.Time  // when it last opened
-	probes      int        // probes in flight while half open
-	probeOK     int        // successful probes while half open
-	leaseUntil  time.Time  // when the last probe granted loses its slot (ProbeLease)
-	executions  uint       // counts since the last transition
+	gen         uint64           // transitions so far: a permit is stale once it moves on
+	consecutive int              // consecutive failures while closed
+	window      state.RateWindow // calls and failures while closed, with FailureRate
+	openedAt    time.Time        // when it last opened
+	probes      int              // probes in flight while half open
+	probeOK     int              // successful probes while half open
+	leaseUntil  time.Time        // when the last probe granted loses its slot (ProbeLease)
+	executions  uint             // counts since the last transition
 	failures    uint
 	successes   uint
 
 	// With a shared State: the record as the last step on it left it, and
 	// whether that step failed (the local state then decides).
-	view     BreakerView
+	view     state.BreakerView
 	degraded bool
 
 	watchMu  sync.Mutex
@@ -102,15 +103,15 @@ func (b *Breaker) Limits() BreakerLimits { return b.lim }
 type Permit struct {
 	gen   uint64
 	probe bool // it holds a half-open probe slot
-	use   StateUse
+	use   state.Use
 }
 
 // Probe reports whether the call is a half-open probe.
 func (p Permit) Probe() bool { return p.probe }
 
 // State says whether the shared state or the local one granted or refused
-// the call; the zero StateUse for a breaker without a shared State.
-func (p Permit) State() StateUse { return p.use }
+// the call; the zero state.Use for a breaker without a shared State.
+func (p Permit) State() state.Use { return p.use }
 
 func (b *Breaker) clock(clk clock.Clock) clock.Clock { return Or(b.lim.Clock, clk) }
 
@@ -122,18 +123,18 @@ func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
 	if b.lim.State == nil {
 		return b.acquireLocal(clk)
 	}
-	v, err := b.shared(BreakerOp{Kind: BreakerAcquire}, clk)
+	v, err := b.shared(state.BreakerOp{Kind: state.BreakerAcquire}, clk)
 	if err != nil {
 		p, ok := b.acquireLocal(clk)
-		p.use = StateUse{Policy: StateBreaker, Degraded: err}
+		p.use = state.Use{Policy: state.PolicyBreaker, Degraded: err}
 		return p, ok
 	}
-	return Permit{gen: v.Gen, probe: v.Probe, use: StateUse{Policy: StateBreaker, Shared: true}}, v.Granted
+	return Permit{gen: v.Gen, probe: v.Probe, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, v.Granted
 }
 
 // shared makes one step on the shared State and keeps what it returns; a
 // failed step marks the breaker degraded until one succeeds.
-func (b *Breaker) shared(op BreakerOp, clk clock.Clock) (BreakerView, error) {
+func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView, error) {
 	op.Now = b.clock(clk).Now()
 	op.FailureThreshold, op.Delay, op.HalfOpenProbes, op.SuccessThreshold = b.lim.FailureThreshold, b.lim.Delay, b.lim.HalfOpenProbes, b.lim.SuccessThreshold
 	op.ProbeLease = b.lim.ProbeLease
@@ -187,19 +188,19 @@ func (b *Breaker) acquireLocal(clk clock.Clock) (Permit, bool) {
 // Record records the end of a permitted call. A call the shared State let
 // through is recorded there; when that fails, it is recorded locally and
 // Record returns the state's error.
-func (b *Breaker) Record(p Permit, c Count, clk clock.Clock) error {
+func (b *Breaker) Record(p Permit, c state.Count, clk clock.Clock) error {
 	if !p.use.Shared {
 		b.recordLocal(p, c, clk)
 		return nil
 	}
-	if _, err := b.shared(BreakerOp{Kind: BreakerRecord, Gen: p.gen, Probe: p.probe, Count: c}, clk); err != nil {
+	if _, err := b.shared(state.BreakerOp{Kind: state.BreakerRecord, Gen: p.gen, Probe: p.probe, Count: c}, clk); err != nil {
 		b.recordCurrentLocal(c, clk)
 		return err
 	}
 	return nil
 }
 
-func (b *Breaker) recordLocal(p Permit, c Count, clk clock.Clock) {
+func (b *Breaker) recordLocal(p Permit, c state.Count, clk clock.Clock) {
 	b.mu.Lock()
 	if p.gen != b.gen {
 		// Granted in a state the breaker has left: what it says about the
@@ -212,8 +213,8 @@ func (b *Breaker) recordLocal(p Permit, c Count, clk clock.Clock) {
 		b.probes--
 	}
 	switch c {
-	case Ignore:
-	case Fail:
+	case state.Ignore:
+	case state.Fail:
 		b.executions++
 		b.failures++
 		switch b.state {
@@ -224,14 +225,14 @@ func (b *Breaker) recordLocal(p Permit, c Count, clk clock.Clock) {
 		case circuitbreaker.HalfOpenState:
 			change = b.transition(circuitbreaker.OpenState, clk, change)
 		}
-	case Success:
+	case state.Success:
 		b.executions++
 		b.successes++
 		switch b.state {
 		case circuitbreaker.ClosedState:
 			b.consecutive = 0
 			if b.lim.FailureRate > 0 {
-				b.window.add(RateBucket(b.clock(clk).Now(), b.lim.Window), false)
+				b.window.Add(state.RateBucket(b.clock(clk).Now(), b.lim.Window), false)
 			}
 		case circuitbreaker.HalfOpenState:
 			b.probeOK++
@@ -249,10 +250,10 @@ func (b *Breaker) recordLocal(p Permit, c Count, clk clock.Clock) {
 // FailureRate, else on the consecutive count. The caller holds mu.
 func (b *Breaker) closedFailure(clk clock.Clock) bool {
 	if b.lim.FailureRate > 0 {
-		idx := RateBucket(b.clock(clk).Now(), b.lim.Window)
-		b.window.add(idx, true)
-		calls, failures := b.window.sum(idx)
-		return RateOpens(calls, failures, b.lim.FailureRate, b.lim.MinimumCalls)
+		idx := state.RateBucket(b.clock(clk).Now(), b.lim.Window)
+		b.window.Add(idx, true)
+		calls, failures := b.window.Sum(idx)
+		return state.RateOpens(calls, failures, b.lim.FailureRate, b.lim.MinimumCalls)
 	}
 	b.consecutive++
 	return b.consecutive >= b.lim.FailureThreshold
@@ -269,7 +270,7 @@ func (b *Breaker) transition(to circuitbreaker.State, clk clock.Clock, changes [
 	b.state = to
 	b.gen++
 	b.consecutive, b.probes, b.probeOK = 0, 0, 0
-	b.window = rateWindow{}
+	b.window = state.RateWindow{}
 	b.executions, b.failures, b.successes = 0, 0, 0
 	if to == circuitbreaker.OpenState {
 		b.openedAt = b.clock(clk).Now()
@@ -303,7 +304,7 @@ func (b *Breaker) notify(changes []stateChange) {
 // Set moves the breaker to state now: the shared one too, with a State.
 func (b *Breaker) Set(to circuitbreaker.State, clk clock.Clock) {
 	if b.lim.State != nil {
-		if _, err := b.shared(BreakerOp{Kind: BreakerSet, To: to}, clk); err == nil {
+		if _, err := b.shared(state.BreakerOp{Kind: state.BreakerSet, To: to}, clk); err == nil {
 			return
 		}
 	}
@@ -361,16 +362,16 @@ func (b *Breaker) Counts() (executions, failures, successes uint) {
 // permit API hands out none): it counts toward the state the breaker is in
 // now, and frees a probe slot if one is taken. With a shared State it
 // records there, and locally when that fails.
-func (b *Breaker) RecordCurrent(c Count, clk clock.Clock) {
+func (b *Breaker) RecordCurrent(c state.Count, clk clock.Clock) {
 	if b.lim.State != nil {
-		if _, err := b.shared(BreakerOp{Kind: BreakerRecordCurrent, Count: c}, clk); err == nil {
+		if _, err := b.shared(state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: c}, clk); err == nil {
 			return
 		}
 	}
 	b.recordCurrentLocal(c, clk)
 }
 
-func (b *Breaker) recordCurrentLocal(c Count, clk clock.Clock) {
+func (b *Breaker) recordCurrentLocal(c state.Count, clk clock.Clock) {
 	b.mu.Lock()
 	p := Permit{gen: b.gen, probe: b.state == circuitbreaker.HalfOpenState && b.probes > 0}
 	b.mu.Unlock()

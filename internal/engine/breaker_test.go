@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 var epoch = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -28,7 +29,7 @@ func TestPermitKnowsItsState(t *testing.T) {
 	for range 2 {
 		p, ok := b.Acquire(nil)
 		require.True(t, ok)
-		b.Record(p, Fail, nil)
+		b.Record(p, state.Fail, nil)
 	}
 	require.Equal(t, circuitbreaker.OpenState, b.State())
 	clk.Advance(time.Minute)
@@ -37,12 +38,12 @@ func TestPermitKnowsItsState(t *testing.T) {
 	require.True(t, probe.Probe())
 	require.Equal(t, circuitbreaker.HalfOpenState, b.State())
 
-	b.Record(slow, Success, nil) // the slow call from before the outage ends well
+	b.Record(slow, state.Success, nil) // the slow call from before the outage ends well
 	assert.Equal(t, circuitbreaker.HalfOpenState, b.State(), "the slow call did not close the breaker")
 	_, second := b.Acquire(nil)
 	assert.False(t, second, "the probe's slot is still the probe's: no second probe in flight")
 
-	b.Record(probe, Success, nil)
+	b.Record(probe, state.Success, nil)
 	assert.Equal(t, circuitbreaker.ClosedState, b.State(), "the probe closes it")
 }
 
@@ -54,7 +55,7 @@ func TestStaleFailureIsIgnored(t *testing.T) {
 	stale, _ := b.Acquire(nil)
 	b.Set(circuitbreaker.OpenState, nil)
 	b.Set(circuitbreaker.ClosedState, nil)
-	b.Record(stale, Fail, nil)
+	b.Record(stale, state.Fail, nil)
 	e, f, _ := b.Counts()
 	assert.Zero(t, e)
 	assert.Zero(t, f)
@@ -66,7 +67,7 @@ func TestBreakerTakesTheCallersClock(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	b := NewBreaker(BreakerLimits{FailureThreshold: 1, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1})
 	p, _ := b.Acquire(clk)
-	b.Record(p, Fail, clk)
+	b.Record(p, state.Fail, clk)
 	assert.Equal(t, time.Minute, b.Remaining(clk))
 	clk.Advance(59 * time.Second)
 	_, ok := b.Acquire(clk)
@@ -83,7 +84,7 @@ func TestLocalProbeLease(t *testing.T) {
 	b := NewBreaker(BreakerLimits{FailureThreshold: 1, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, ProbeLease: 10 * time.Second})
 	p, ok := b.Acquire(clk)
 	require.True(t, ok)
-	require.NoError(t, b.Record(p, Fail, clk))
+	require.NoError(t, b.Record(p, state.Fail, clk))
 	clk.Advance(time.Minute)
 	lost, ok := b.Acquire(clk)
 	require.True(t, ok)
@@ -94,8 +95,8 @@ func TestLocalProbeLease(t *testing.T) {
 	clk.Advance(time.Second)
 	probe, ok := b.Acquire(clk)
 	require.True(t, ok, "a lost probe must not hold the breaker half open")
-	require.NoError(t, b.Record(lost, Fail, clk))
+	require.NoError(t, b.Record(lost, state.Fail, clk))
 	require.Equal(t, circuitbreaker.HalfOpenState, b.State(), "the lost probe's late end is stale")
-	require.NoError(t, b.Record(probe, Success, clk))
+	require.NoError(t, b.Record(probe, state.Success, clk))
 	require.Equal(t, circuitbreaker.ClosedState, b.State())
 }

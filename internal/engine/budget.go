@@ -1,6 +1,10 @@
 package engine
 
-import "context"
+import (
+	"context"
+
+	"github.com/retrace-go/retrace/policies/state"
+)
 
 // Budget is a count of retries shared by every retrying layer beneath the
 // context that carries it: each retry draws one.
@@ -28,28 +32,28 @@ func BudgetFrom(ctx context.Context) Budget {
 // says which state decided it.
 type SharedBudget interface {
 	Budget
-	Draw(ctx context.Context) (bool, StateUse)
+	Draw(ctx context.Context) (bool, state.Use)
 }
 
 // DrawFrom draws one retry from b, saying where the draw was decided.
-func DrawFrom(ctx context.Context, b Budget) (bool, StateUse) {
+func DrawFrom(ctx context.Context, b Budget) (bool, state.Use) {
 	if sb, ok := b.(SharedBudget); ok {
 		return sb.Draw(ctx)
 	}
-	return b.TryDraw(), StateUse{}
+	return b.TryDraw(), state.Use{}
 }
 
 // SharedRate is a RateBudget whose counts may live in a shared State: asking
 // for a retry says which state decided it.
 type SharedRate interface {
 	RateBudget
-	AcquireFrom(ctx context.Context) (bool, StateUse)
+	AcquireFrom(ctx context.Context) (bool, state.Use)
 }
 
 // acquireRate asks r for a retry, saying where it was decided.
-func acquireRate(ctx context.Context, r RateBudget) (bool, StateUse) {
+func acquireRate(ctx context.Context, r RateBudget) (bool, state.Use) {
 	if sr, ok := r.(SharedRate); ok {
 		return sr.AcquireFrom(ctx)
 	}
-	return r.TryAcquirePermit(), StateUse{}
+	return r.TryAcquirePermit(), state.Use{}
 }

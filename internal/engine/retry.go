@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // Retry is a retry policy's limits, with its defaults filled in by package
@@ -49,7 +50,7 @@ type Decision struct {
 	Outcome string        // the layer's outcome, if not Retry
 	Why     string        // why it stopped before its attempts ran out, if it did
 	Refusal error         // the gate's refusal that stopped it, if one did
-	State   StateUse      // where a budget with a shared State decided, if one did
+	State   state.Use     // where a budget with a shared State decided, if one did
 	permit  bool          // a rate-budget permit was taken for the retry
 }
 
@@ -182,7 +183,7 @@ func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 				"the next retry, in %s, would start after the deadline (%s left)", Round(delay), Round(max(left, 0)))}
 		}
 	}
-	var use StateUse
+	var use state.Use
 	if f.Held {
 		// A refused attempt reached nothing: its retry is not one the
 		// budgets bound (they bound what retries cost the downstream), and

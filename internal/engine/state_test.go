@@ -12,14 +12,15 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
-	"github.com/retrace-go/retrace/internal/engine/statetest"
+	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/policies/statetest"
 )
 
 func TestMemoryStateConformance(t *testing.T) {
-	statetest.Run(t, func(*testing.T) engine.State { return engine.NewMemoryState() })
+	statetest.Run(t, func(*testing.T) state.State { return engine.NewMemoryState() })
 }
 
-func limits(st engine.State, clk clock.Clock) engine.BreakerLimits {
+func limits(st state.State, clk clock.Clock) engine.BreakerLimits {
 	return engine.BreakerLimits{Name: "p", FailureThreshold: 5, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1,
 		Clock: clk, State: st, Key: "breaker:p", TTL: time.Hour}
 }
@@ -47,7 +48,7 @@ func TestSharedBreakerDecidesAsLocal(t *testing.T) {
 				}
 			case r < 8 && len(lp) > 0:
 				j := rnd.IntN(len(lp))
-				c := []engine.Count{engine.Fail, engine.Fail, engine.Success, engine.Ignore}[rnd.IntN(4)]
+				c := []state.Count{state.Fail, state.Fail, state.Success, state.Ignore}[rnd.IntN(4)]
 				require.NoError(t, local.Record(lp[j], c, nil))
 				require.NoError(t, shared.Record(sp[j], c, nil))
 				lp, sp = append(lp[:j], lp[j+1:]...), append(sp[:j], sp[j+1:]...)
@@ -80,7 +81,7 @@ func TestSharedBreakerFleet(t *testing.T) {
 		w := workers[i%4]
 		p, ok := w.Acquire(nil)
 		require.True(t, ok)
-		require.NoError(t, w.Record(p, engine.Fail, nil))
+		require.NoError(t, w.Record(p, state.Fail, nil))
 	}
 	for _, w := range workers {
 		_, ok := w.Acquire(nil)
@@ -96,7 +97,7 @@ func TestSharedBreakerFleet(t *testing.T) {
 		_, ok := w.Acquire(nil)
 		require.False(t, ok, "one probe for the fleet")
 	}
-	require.NoError(t, workers[2].Record(probe, engine.Success, nil))
+	require.NoError(t, workers[2].Record(probe, state.Success, nil))
 	for _, w := range workers {
 		_, ok := w.Acquire(nil)
 		require.True(t, ok, "closed for everyone")
@@ -108,14 +109,14 @@ func TestSharedBreakerFleet(t *testing.T) {
 // failing is a State that is down.
 type failing struct{ err error }
 
-func (f failing) Breaker(context.Context, string, engine.BreakerOp) (engine.BreakerView, error) {
-	return engine.BreakerView{}, f.err
+func (f failing) Breaker(context.Context, string, state.BreakerOp) (state.BreakerView, error) {
+	return state.BreakerView{}, f.err
 }
-func (f failing) Draw(context.Context, string, int64, time.Duration) (engine.DrawView, error) {
-	return engine.DrawView{}, f.err
+func (f failing) Draw(context.Context, string, int64, time.Duration) (state.DrawView, error) {
+	return state.DrawView{}, f.err
 }
-func (f failing) Ratio(context.Context, string, engine.RatioOp) (engine.RatioView, error) {
-	return engine.RatioView{}, f.err
+func (f failing) Ratio(context.Context, string, state.RatioOp) (state.RatioView, error) {
+	return state.RatioView{}, f.err
 }
 
 // switchable is a MemoryState that can be taken down and brought back.
@@ -124,9 +125,9 @@ type switchable struct {
 	down bool
 }
 
-func (s *switchable) Breaker(ctx context.Context, key string, op engine.BreakerOp) (engine.BreakerView, error) {
+func (s *switchable) Breaker(ctx context.Context, key string, op state.BreakerOp) (state.BreakerView, error) {
 	if s.down {
-		return engine.BreakerView{}, context.DeadlineExceeded
+		return state.BreakerView{}, context.DeadlineExceeded
 	}
 	return s.MemoryState.Breaker(ctx, key, op)
 }
@@ -141,13 +142,13 @@ func TestSharedBreakerDegradesToLocal(t *testing.T) {
 		require.True(t, ok)
 		require.False(t, p.State().Shared)
 		require.ErrorIs(t, p.State().Degraded, down)
-		require.NoError(t, b.Record(p, engine.Fail, nil), "a local permit is recorded locally")
+		require.NoError(t, b.Record(p, state.Fail, nil), "a local permit is recorded locally")
 	}
 	p, ok := b.Acquire(nil)
 	require.False(t, ok, "the local breaker opened after this worker's own failures")
-	require.Equal(t, engine.StateBreaker, p.State().Policy)
+	require.Equal(t, state.PolicyBreaker, p.State().Policy)
 	require.Equal(t, circuitbreaker.OpenState, b.State())
-	require.Equal(t, "unavailable", engine.DegradedType(p.State().Degraded))
+	require.Equal(t, "unavailable", state.DegradedType(p.State().Degraded))
 }
 
 // A permit from the shared state whose end cannot be recorded there is
@@ -160,9 +161,9 @@ func TestSharedBreakerRecordFallsBack(t *testing.T) {
 		p, ok := b.Acquire(nil)
 		require.True(t, ok)
 		st.down = true
-		err := b.Record(p, engine.Fail, nil)
+		err := b.Record(p, state.Fail, nil)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.Equal(t, "timeout", engine.DegradedType(err))
+		require.Equal(t, "timeout", state.DegradedType(err))
 		st.down = false
 	}
 	// The shared record saw none of the failures; the local one all five.

@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/retrace-go/retrace/policies/state"
+
 // The error classes, as package policies publishes them (policies.Class).
 // The engine decides by them, so they are defined once, here.
 const (
@@ -43,27 +45,13 @@ func StopOutcome(class string) string {
 	return OutcomeFailedPermanent
 }
 
-// Count is how a circuit breaker counts the end of a call.
-type Count uint8
-
-const (
-	// Ignore: the call says nothing about the downstream (canceled, a bug,
-	// an error no rule recognises).
-	Ignore Count = iota
-	// Fail: the downstream failed in a way a later call may not
-	// (Transient): it counts toward opening the breaker.
-	Fail
-	// Success: the downstream answered, even if with a Permanent error.
-	Success
-)
-
 // CountOf is how a breaker counts an error of class ("" for a success).
-func CountOf(class string) Count {
+func CountOf(class string) state.Count {
 	switch class {
 	case Transient:
-		return Fail
+		return state.Fail
 	case Canceled, Programming, Unknown:
-		return Ignore
+		return state.Ignore
 	}
-	return Success
+	return state.Success
 }

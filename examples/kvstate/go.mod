@@ -1,0 +1,16 @@
+module example.com/kvstate
+
+go 1.26.0
+
+require (
+	github.com/retrace-go/retrace v0.0.0
+	github.com/stretchr/testify v1.12.1
+)
+
+require (
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/failsafe-go/failsafe-go v0.9.8 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+)
+
+replace github.com/retrace-go/retrace => ../..
