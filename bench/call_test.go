@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	goruntime "runtime"
 	"testing"
 
@@ -19,13 +20,25 @@ import (
 	"github.com/retrace-go/retrace/policies"
 )
 
-// The handler every variant calls: it succeeds, or fails Transient.
-var errTransient = &policies.APIError{StatusCode: 503, Message: "overloaded"}
+// The errors a failing handler returns, both Transient. errTransient is
+// what a provider's SDK returns, typed, with its status; errPlain is what a
+// tool, a runtime exec or a user's own client returns: text, which retrace
+// classifies by its words.
+var (
+	errTransient = &policies.APIError{StatusCode: 503, Message: "overloaded"}
+	errPlain     = errors.New("503 service unavailable")
+)
 
-func handler(fail bool) middleware.Handler[string, string] {
+// failWith is the error each path's handler fails with; nil succeeds.
+var failWith = map[string]error{"success": nil, "failure": errTransient, "failure-plain": errPlain}
+
+// paths is the order the paths run in.
+var paths = []string{"success", "failure", "failure-plain"}
+
+func handler(err error) middleware.Handler[string, string] {
 	return func(context.Context, string) (string, error) {
-		if fail {
-			return "", errTransient
+		if err != nil {
+			return "", err
 		}
 		return "ok", nil
 	}
@@ -48,7 +61,7 @@ func unsampled() *sdktrace.TracerProvider {
 // variant builds one way of making the call; the returned func makes it.
 type variant struct {
 	name  string
-	build func(b *testing.B, fail bool) func(ctx context.Context) error
+	build func(b *testing.B, fail error) func(ctx context.Context) error
 }
 
 // Retry (3 attempts, no delay), circuit breaker (it never opens here: the
@@ -72,8 +85,8 @@ func retracePolicies() []failsafe.Policy[string] {
 	}
 }
 
-func retrace(opts ...middleware.Option) func(b *testing.B, fail bool) func(ctx context.Context) error {
-	return func(b *testing.B, fail bool) func(ctx context.Context) error {
+func retrace(opts ...middleware.Option) func(b *testing.B, fail error) func(ctx context.Context) error {
+	return func(b *testing.B, fail error) func(ctx context.Context) error {
 		h := middleware.PoliciesWith[string, string]("tool", opts, retracePolicies()...)(handler(fail))
 		return func(ctx context.Context) error {
 			_, err := h(ctx, "q")
@@ -83,14 +96,14 @@ func retrace(opts ...middleware.Option) func(b *testing.B, fail bool) func(ctx c
 }
 
 var variants = []variant{
-	{"bare", func(b *testing.B, fail bool) func(ctx context.Context) error {
+	{"bare", func(b *testing.B, fail error) func(ctx context.Context) error {
 		h := handler(fail)
 		return func(ctx context.Context) error {
 			_, err := h(ctx, "q")
 			return err
 		}
 	}},
-	{"failsafe", func(b *testing.B, fail bool) func(ctx context.Context) error {
+	{"failsafe", func(b *testing.B, fail error) func(ctx context.Context) error {
 		exec := failsafe.With(failsafePolicies()...)
 		h := handler(fail)
 		return func(ctx context.Context) error {
@@ -100,12 +113,12 @@ var variants = []variant{
 	}},
 	{"failsafe-otel", failsafeOTel},
 	{"retrace-noop", retrace(middleware.WithTracerProvider(noop.NewTracerProvider()))},
-	{"retrace-sdk", func(b *testing.B, fail bool) func(ctx context.Context) error {
+	{"retrace-sdk", func(b *testing.B, fail error) func(ctx context.Context) error {
 		tp := sampled()
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		return retrace(middleware.WithTracerProvider(tp))(b, fail)
 	}},
-	{"retrace-unsampled", func(b *testing.B, fail bool) func(ctx context.Context) error {
+	{"retrace-unsampled", func(b *testing.B, fail error) func(ctx context.Context) error {
 		tp := unsampled()
 		b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 		return retrace(middleware.WithTracerProvider(tp))(b, fail)
@@ -116,7 +129,7 @@ var variants = []variant{
 // same policies, a span for the call (with the tool's name) and one per
 // attempt (with its number), and failsafe-go's listeners recording on the
 // call's span its attempts and outcome, each retry, and the breaker's state.
-func failsafeOTel(b *testing.B, fail bool) func(ctx context.Context) error {
+func failsafeOTel(b *testing.B, fail error) func(ctx context.Context) error {
 	tp := sampled()
 	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	tracer := tp.Tracer("hand-made")
@@ -147,7 +160,7 @@ func failsafeOTel(b *testing.B, fail bool) func(ctx context.Context) error {
 			out, err := h(actx, "q")
 			if err != nil {
 				aspan.SetStatus(codes.Error, err.Error())
-				aspan.SetAttributes(attribute.String("error.type", "503"))
+				aspan.SetAttributes(attribute.String("error.type", errorType(err)))
 			}
 			return out, err
 		})
@@ -160,15 +173,15 @@ func failsafeOTel(b *testing.B, fail bool) func(ctx context.Context) error {
 
 // BenchmarkCall makes one call per iteration, on one goroutine.
 func BenchmarkCall(b *testing.B) {
-	for _, path := range []string{"success", "failure"} {
+	for _, path := range paths {
 		for _, v := range variants {
 			b.Run(path+"/"+v.name, func(b *testing.B) {
-				call := v.build(b, path == "failure")
+				call := v.build(b, failWith[path])
 				ctx := context.Background()
 				b.ReportAllocs()
 				settle()
 				for b.Loop() {
-					if err := call(ctx); (err != nil) != (path == "failure") {
+					if err := call(ctx); (err != nil) != (path != "success") {
 						b.Fatalf("unexpected result: %v", err)
 					}
 				}
@@ -179,16 +192,16 @@ func BenchmarkCall(b *testing.B) {
 
 // BenchmarkCallParallel makes the same calls from GOMAXPROCS goroutines.
 func BenchmarkCallParallel(b *testing.B) {
-	for _, path := range []string{"success", "failure"} {
+	for _, path := range paths {
 		for _, v := range variants {
 			b.Run(path+"/"+v.name, func(b *testing.B) {
-				call := v.build(b, path == "failure")
+				call := v.build(b, failWith[path])
 				b.ReportAllocs()
 				settle()
 				b.RunParallel(func(pb *testing.PB) {
 					ctx := context.Background()
 					for pb.Next() {
-						if err := call(ctx); (err != nil) != (path == "failure") {
+						if err := call(ctx); (err != nil) != (path != "success") {
 							b.Errorf("unexpected result: %v", err)
 							return
 						}

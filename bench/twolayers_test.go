@@ -169,14 +169,14 @@ func counted(calls *atomic.Int64, next stringHandler) stringHandler {
 // checkTwoLayerSpans runs one op of v under a span recorder: it must fail
 // after 12 handler calls and make 19 spans, each attempt span a child of its
 // layer's span and each session span a child of a runtime attempt span.
-func checkTwoLayerSpans(b *testing.B, v twoLayers) {
+func checkTwoLayerSpans(b *testing.B, v twoLayers, fail error) {
 	b.Helper()
 	ctx := context.Background()
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	defer func() { _ = tp.Shutdown(ctx) }()
 	var calls atomic.Int64
-	if _, err := v.build(tp, counted(&calls, handler(true)))(ctx, "q"); err == nil {
+	if _, err := v.build(tp, counted(&calls, handler(fail)))(ctx, "q"); err == nil {
 		b.Fatal("the op succeeded; it must fail")
 	}
 	if n := calls.Load(); n != leafCalls {
@@ -224,16 +224,22 @@ func checkTwoLayerSpans(b *testing.B, v twoLayers) {
 // runtime's retry (3 attempts) around the session's (4 attempts) around a
 // handler that always fails Transient, 12 handler calls and, traced, 19
 // spans.
-func BenchmarkTwoLayers(b *testing.B) {
+func BenchmarkTwoLayers(b *testing.B) { benchTwoLayers(b, errTransient) }
+
+// BenchmarkTwoLayersPlain is BenchmarkTwoLayers with a handler that fails
+// with a plain error, classified by its text.
+func BenchmarkTwoLayersPlain(b *testing.B) { benchTwoLayers(b, errPlain) }
+
+func benchTwoLayers(b *testing.B, fail error) {
 	for _, v := range twoLayerVariants {
 		b.Run(v.name, func(b *testing.B) {
 			var tp trace.TracerProvider
 			if v.tp != nil {
-				checkTwoLayerSpans(b, v)
+				checkTwoLayerSpans(b, v, fail)
 				tp = v.tp(b)
 			}
 			var calls atomic.Int64
-			op := v.build(tp, counted(&calls, handler(true)))
+			op := v.build(tp, counted(&calls, handler(fail)))
 			ctx := context.Background()
 			if _, err := op(ctx, "q"); err == nil {
 				b.Fatal("the op succeeded; it must fail")

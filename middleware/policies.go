@@ -320,6 +320,7 @@ type call[Req, Resp any] struct {
 	lastFail  engine.Failure
 	rejected  bool           // this attempt was refused by the layer's own breaker or bulkhead
 	report    *engine.Report // how the retry loop ended, nil if it did not run
+	status    statusMemo     // the last span status worded
 	budgetOut bool           // the task budget refused a failsafe-go retry policy's retry
 }
 
@@ -543,7 +544,7 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 	if err != nil {
 		known := c.known()
 		attrs = appendFailure(known, attrs, cls)
-		c.span.SetStatus(codes.Error, statusMessage(known, err))
+		c.span.SetStatus(codes.Error, c.status.of(known, err))
 	}
 	c.span.SetAttributes(attrs...)
 	*buf = attrs
@@ -572,7 +573,7 @@ func (c *call[Req, Resp]) classify(ctx context.Context, err error) policies.Clas
 	}
 	c.lastErr = err
 	c.lastCls, c.lastFail = c.l.judge.Judge(ctx, c.l.cfg.classifier, err)
-	if c.lastCls.Class == policies.Unknown || c.lastCls.Type == "_OTHER" {
+	if c.lastCls.Class == policies.Unknown || c.lastCls.Type == telemetry.ErrorTypeOther {
 		if b := c.frame.failedBeneath.Load(); b != nil && b.Class != policies.Unknown && b.Class != policies.Canceled {
 			c.lastCls = *b
 			c.lastFail.Class, c.lastFail.RetryAfter = string(b.Class), b.RetryAfter
@@ -687,7 +688,7 @@ func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration
 	if err != nil {
 		known := c.known()
 		attrs = appendFailure(known, attrs, cls)
-		span.SetStatus(codes.Error, statusMessage(known, err))
+		span.SetStatus(codes.Error, c.status.of(known, err))
 	}
 	span.SetAttributes(attrs...)
 	span.End()

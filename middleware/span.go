@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -43,24 +44,12 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 	return attrs
 }
 
-// statusMessage is err's text for a span status: the message of the error
-// at the bottom of the failure (a provider's own words when it sent any),
-// without the layer, the attempt count or the status code, which the span's
+// statusText is a span status's text for e, the error at the bottom of a
+// failure (a provider's own words when it sent any): without the layer, the attempt count or the status code, which the span's
 // own attributes (retrace.diagnosis, error.type, http.response.status_code)
 // carry; redacted (the call's known secrets by exact value, secret patterns
 // besides), at most 1 KiB.
-func statusMessage(known []string, err error) string {
-	if err == nil {
-		return ""
-	}
-	e := err
-	for {
-		fe, ok := e.(*policies.FailedError)
-		if !ok || fe.Err == nil {
-			break
-		}
-		e = fe.Err
-	}
+func statusText(known []string, e error) string {
 	var s string
 	if api, ok := policies.AsAPIError(e); ok && strings.TrimSpace(api.Message) != "" {
 		s = api.Message
@@ -68,6 +57,28 @@ func statusMessage(known []string, err error) string {
 		s = "error without a message"
 	}
 	return engine.Truncate(policies.Redact(s, known...), 1024)
+}
+
+// statusMemo words a call's span statuses: the layer span's is its last
+// attempt's, whose error it wraps, so the same error is worded (read,
+// redacted, cut) once, not once per span.
+type statusMemo struct {
+	err error
+	msg string
+}
+
+func (m *statusMemo) of(known []string, err error) string {
+	if err == nil {
+		return ""
+	}
+	e := policies.Underlying(err)
+	// Only pointers are compared: an error of another kind may not be
+	// comparable, and == on it would panic.
+	if m.err != nil && reflect.TypeOf(e).Kind() == reflect.Pointer && reflect.TypeOf(m.err) == reflect.TypeOf(e) && m.err == e {
+		return m.msg
+	}
+	m.err, m.msg = e, statusText(known, e)
+	return m.msg
 }
 
 // circuitState is the retrace.circuit.state value of a breaker state.

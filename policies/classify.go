@@ -1,12 +1,14 @@
 package policies
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"net"
 	"strconv"
 	"strings"
@@ -116,24 +118,87 @@ func runRule(r Rule, err error) (cl Classification, ok bool) {
 
 // The words that decide when nothing structured does: permanentMarkers are
 // what a runtime never retries (matchTransient has what a session retries),
-// matched in the error's type and text, ignoring ASCII case.
+// matched in the error's type and text, ignoring ASCII case; each with the
+// reason it gives, made once.
 var (
-	permanentMarkers = []string{
+	permanentMarkers = phrases("marker: ",
 		"not a valid image", "invalid image", "image data is not", // a broken image in the request
 		"login expired", "login failed", "re-auth", "unauthorized", // the gateway's login lapsed
 		"invalid api key", "invalid_api_key", // a wrong credential
-	}
-	overflowPhrases = []string{"maximum context length", "prompt is too long", "context_length_exceeded"}
+	)
+	overflowPhrases = phrases("message: ", "maximum context length", "prompt is too long", "context_length_exceeded")
 )
 
-// classify applies the default rules in order; the first match wins.
+// phrase is a lower-case ASCII phrase a rule looks for, and the reason a
+// match gives.
+type phrase struct {
+	text   []byte
+	reason string
+}
+
+// phraseSet is the phrases of one rule, indexed by their first byte, so
+// that a text is read once for all of them, not once per phrase.
+type phraseSet struct {
+	ps      []phrase
+	byFirst [256][]uint8 // the indexes of the phrases that start with the byte
+}
+
+func phrases(prefix string, texts ...string) *phraseSet {
+	set := &phraseSet{ps: make([]phrase, len(texts))}
+	for i, t := range texts {
+		set.ps[i] = phrase{text: []byte(t), reason: prefix + t}
+		set.byFirst[t[0]] = append(set.byFirst[t[0]], uint8(i))
+	}
+	return set
+}
+
+// find returns the first phrase of the set, in the set's order, that one
+// of the lowered texts holds anywhere.
+func (set *phraseSet) find(lowered ...[]byte) (phrase, bool) {
+	var found uint64 // bit k: phrase k is in a text
+	for _, l := range lowered {
+		for i, c := range l {
+			for _, k := range set.byFirst[c] {
+				if bytes.HasPrefix(l[i:], set.ps[k].text) {
+					found |= 1 << k
+				}
+			}
+		}
+	}
+	if found == 0 {
+		return phrase{}, false
+	}
+	return set.ps[bits.TrailingZeros64(found)], true
+}
+
+// lowerASCII is s with its ASCII letters lowered, in buf when it fits: the
+// phrases are lower-case ASCII, so a phrase in it is one in s ignoring
+// ASCII case, and each phrase is then one bytes.Contains.
+func lowerASCII(s string, buf []byte) []byte {
+	b := buf[:0]
+	if len(s) > cap(buf) {
+		b = make([]byte, 0, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// classify applies the default rules in order; the first match wins. It
+// reads err's chain once (see chain) and asks every rule of that.
 func classify(err error) Classification {
 	if err == nil {
 		return Classification{}
 	}
+	var c chain
+	c.add(err)
 	// 1. An explicit class.
-	var explicit *Error
-	if errors.As(err, &explicit) {
+	if explicit, ok := chainAs[*Error](&c); ok {
 		t := explicit.Type
 		if t == "" {
 			t = string(explicit.Class)
@@ -141,42 +206,40 @@ func classify(err error) Classification {
 		return Classification{Class: explicit.Class, Type: t, Reason: "explicit " + string(explicit.Class), RetryAfter: explicit.RetryAfter}
 	}
 	// 2. Rejections by a policy: they say nothing about the call itself.
-	var rejected *RejectedError
-	if errors.As(err, &rejected) {
+	if rejected, ok := chainAs[*RejectedError](&c); ok {
 		return Classification{Class: Transient, Type: rejected.typ(), Reason: rejected.Policy + " rejected the call", RetryAfter: rejected.RetryAfter}
 	}
 	switch {
-	case errors.Is(err, circuitbreaker.ErrOpen):
+	case c.is(circuitbreaker.ErrOpen):
 		return Classification{Class: Transient, Type: "circuit_open", Reason: "circuit breaker open"}
-	case errors.Is(err, bulkhead.ErrFull):
+	case c.is(bulkhead.ErrFull):
 		return Classification{Class: Transient, Type: "bulkhead_full", Reason: "bulkhead full"}
-	case errors.Is(err, ratelimiter.ErrExceeded):
+	case c.is(ratelimiter.ErrExceeded):
 		return Classification{Class: Transient, Type: "rate_limited", Reason: "rate limiter exceeded"}
-	case errors.Is(err, ErrBudgetExhausted), errors.Is(err, budget.ErrExceeded):
+	case c.isAny(ErrBudgetExhausted, budget.ErrExceeded):
 		return Classification{Class: Transient, Type: "budget_exhausted", Reason: "retry budget exhausted"}
 	}
 	// 3. Time: our own per-attempt timeout is Transient, the caller's end is not.
-	var te *TimeoutError
-	if errors.As(err, &te) || errors.Is(err, timeout.ErrExceeded) {
+	if _, ok := chainAs[*TimeoutError](&c); ok || c.is(timeout.ErrExceeded) {
 		return Classification{Class: Transient, Type: "attempt_timeout", Reason: "attempt timeout"}
 	}
-	if errors.Is(err, context.Canceled) {
+	if c.is(context.Canceled) {
 		return Classification{Class: Canceled, Type: "context.Canceled", Reason: "context canceled"}
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if c.is(context.DeadlineExceeded) {
 		return Classification{Class: Canceled, Type: "context.DeadlineExceeded", Reason: "context deadline exceeded"}
 	}
 	// 4. Bugs.
-	var pe *PanicError
-	if errors.As(err, &pe) {
+	if _, ok := chainAs[*PanicError](&c); ok {
 		return Classification{Class: Programming, Type: "panic", Reason: "panic"}
 	}
-	if errors.Is(err, errors.ErrUnsupported) {
+	if c.is(errors.ErrUnsupported) {
 		return Classification{Class: Programming, Type: "errors.ErrUnsupported", Reason: "unsupported"}
 	}
 
-	api, decoded := providerAnswer(err)
+	api, decoded := providerAnswerIn(&c)
 	hasAPI := api != nil
+	netType, netReason := netFailure(&c)
 	// The text the words are read in: an API error's own code and message
 	// when it is the error itself (no layer's words around it), else the
 	// whole text, and the provider's words besides when an SDK's error
@@ -187,7 +250,7 @@ func classify(err error) Classification {
 	} else if msg = engine.ErrorText(err); decoded {
 		msg += " " + api.Code + ": " + api.Message
 	}
-	typ := errorTypeOf(err, api)
+	typ := errorTypeOf(&c, api, netType)
 	with := func(class Class, reason string) Classification {
 		c := Classification{Class: class, Type: typ, Reason: reason}
 		if hasAPI {
@@ -200,10 +263,10 @@ func classify(err error) Classification {
 	if hasAPI && (api.StatusCode == 413 || api.Code == "context_length_exceeded" || api.Code == "request_too_large") {
 		return with(ContextOverflow, apiReason(api))
 	}
-	for _, p := range overflowPhrases {
-		if containsFold(msg, p) {
-			return with(ContextOverflow, "message: "+p)
-		}
+	var msgBuf, typBuf [256]byte
+	lowMsg, lowTyp := lowerASCII(msg, msgBuf[:]), lowerASCII(typ, typBuf[:])
+	if p, ok := overflowPhrases.find(lowMsg); ok {
+		return with(ContextOverflow, p.reason)
 	}
 	// 6. Quota and billing: nothing in this task will succeed.
 	if hasAPI {
@@ -221,10 +284,8 @@ func classify(err error) Classification {
 			return with(Permanent, apiReason(api))
 		}
 	}
-	for _, m := range permanentMarkers {
-		if containsFold(typ, m) || containsFold(msg, m) {
-			return with(Permanent, "marker: "+m)
-		}
+	if p, ok := permanentMarkers.find(lowTyp, lowMsg); ok {
+		return with(Permanent, p.reason)
 	}
 	// 8. Transient: the provider is busy, the network blinked, the stream dropped.
 	if hasAPI {
@@ -236,17 +297,17 @@ func classify(err error) Classification {
 			return with(Transient, apiReason(api))
 		}
 	}
-	if reason, ok := transientNetwork(err); ok {
-		return with(Transient, reason)
+	if netReason != "" {
+		return with(Transient, netReason)
 	}
 	if strings.TrimSpace(apiMessage(api, hasAPI, msg)) == "" {
 		return with(Transient, "empty message")
 	}
 	if m := matchTransient(msg); m != "" {
-		return with(Transient, "pattern: "+m)
+		return with(Transient, patternReason(m))
 	}
 	// 9. Certificates and the remaining client errors.
-	if isTLS(err) {
+	if netType == "tls_error" {
 		return with(Permanent, "tls")
 	}
 	if hasAPI && api.StatusCode >= 400 && api.StatusCode < 500 {
@@ -263,24 +324,6 @@ func classify(err error) Classification {
 		return c
 	}
 	return with(Unknown, "unknown")
-}
-
-// containsFold reports whether s contains sub, a lower-case ASCII phrase,
-// ignoring ASCII case, without allocating.
-func containsFold(s, sub string) bool {
-	if len(sub) == 0 {
-		return true
-	}
-	first := sub[0]
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i]|0x20 != first && s[i] != first {
-			continue
-		}
-		if strings.EqualFold(s[i:i+len(sub)], sub) {
-			return true
-		}
-	}
-	return false
 }
 
 // apiMessage is the text the empty-message rule looks at: the provider's
@@ -351,12 +394,11 @@ func safeCode(code string) string {
 	return code
 }
 
-// transientNetwork recognises Go's network failures that a later call may
-// not meet, with the reason it names.
-func transientNetwork(err error) (string, bool) {
-	_, reason := netFailure(err)
-	return reason, reason != ""
-}
+// errorTypeOther is the conventions' error.type for an error of no known
+// type, telemetry.ErrorTypeOther (a test keeps them equal): package policies
+// does not import telemetry, so that a user of the policies alone does not
+// depend on OpenTelemetry.
+const errorTypeOther = "_OTHER"
 
 // errorType returns the low-cardinality error.type of err: the API error's
 // code or status when there is one; else the name an error in the chain
@@ -366,13 +408,16 @@ func transientNetwork(err error) (string, bool) {
 // used: it changes with the code, and the layers of one failure would
 // disagree on it.
 func errorType(err error) string {
-	api, _ := AsAPIError(err)
-	return errorTypeOf(err, api)
+	var c chain
+	c.add(err)
+	api, _ := providerAnswerIn(&c)
+	typ, _ := netFailure(&c)
+	return errorTypeOf(&c, api, typ)
 }
 
-// errorTypeOf is errorType with err's provider answer, if it has one,
-// already found.
-func errorTypeOf(err error, api *APIError) string {
+// errorTypeOf is errorType with the chain's provider answer, if it has one,
+// and its network failure's name already found.
+func errorTypeOf(c *chain, api *APIError, netType string) string {
 	if api != nil {
 		if code := safeCode(api.Code); code != "" {
 			return code
@@ -381,73 +426,60 @@ func errorTypeOf(err error, api *APIError) string {
 			return statusText(api.StatusCode)
 		}
 		if api.Code != "" {
-			return "_OTHER"
+			return errorTypeOther
 		}
 	}
-	var named interface{ ErrorType() string }
-	if errors.As(err, &named) {
+	if named, ok := chainAs[interface{ ErrorType() string }](c); ok {
 		if t := safeCode(named.ErrorType()); t != "" {
 			return t
 		}
 	}
-	if t, ok := networkType(err); ok {
-		return t
+	if netType != "" {
+		return netType
 	}
-	return "_OTHER"
-}
-
-// networkType names the network and TLS failures error.type can tell apart.
-func networkType(err error) (string, bool) {
-	typ, _ := netFailure(err)
-	return typ, typ != ""
+	return errorTypeOther
 }
 
 // netFailure is the one table of Go's network failures: the error.type
 // each is named by, and the reason it is transient ("" for one that is not:
 // a DNS name that does not exist, a certificate).
-func netFailure(err error) (typ, reason string) {
+func netFailure(c *chain) (typ, reason string) {
 	switch {
-	case errors.Is(err, syscall.ECONNRESET):
+	case c.is(syscall.ECONNRESET):
 		return "connection_reset", "connection reset"
-	case errors.Is(err, syscall.ECONNREFUSED):
+	case c.is(syscall.ECONNREFUSED):
 		return "connection_refused", "connection refused"
-	case errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed):
+	case c.isAny(syscall.ECONNABORTED, syscall.EPIPE, net.ErrClosed):
 		return "connection_closed", "connection closed"
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case c.is(io.ErrUnexpectedEOF):
 		return "unexpected_eof", "unexpected EOF"
-	case errors.Is(err, io.EOF):
+	case c.is(io.EOF):
 		return "eof", "other side closed"
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if ne, ok := chainAs[net.Error](c); ok && ne.Timeout() {
 		return "timeout", "timeout"
 	}
-	var oe *net.OpError
-	if errors.As(err, &oe) {
+	if oe, ok := chainAs[*net.OpError](c); ok {
 		return "network_error", "network: " + oe.Op
 	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
+	if dns, ok := chainAs[*net.DNSError](c); ok {
 		if dns.IsTemporary || dns.IsTimeout {
 			return "dns_error", "dns"
 		}
 		return "dns_error", ""
 	}
-	if isTLS(err) {
+	if isTLS(c) {
 		return "tls_error", ""
 	}
 	return "", ""
 }
 
-// isTLS reports whether err is a certificate or TLS record failure.
-func isTLS(err error) bool {
-	var (
-		unknownAuthority x509.UnknownAuthorityError
-		hostname         x509.HostnameError
-		invalidCert      x509.CertificateInvalidError
-		verification     *tls.CertificateVerificationError
-		record           tls.RecordHeaderError
-	)
-	return errors.As(err, &unknownAuthority) || errors.As(err, &hostname) || errors.As(err, &invalidCert) ||
-		errors.As(err, &verification) || errors.As(err, &record)
+// isTLS reports whether the chain holds a certificate or TLS record failure.
+func isTLS(c *chain) bool {
+	_, unknownAuthority := chainAs[x509.UnknownAuthorityError](c)
+	_, hostname := chainAs[x509.HostnameError](c)
+	_, invalidCert := chainAs[x509.CertificateInvalidError](c)
+	_, verification := chainAs[*tls.CertificateVerificationError](c)
+	_, record := chainAs[tls.RecordHeaderError](c)
+	return unknownAuthority || hostname || invalidCert || verification || record
 }

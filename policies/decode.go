@@ -216,38 +216,32 @@ func AsAPIError(err error) (*APIError, bool) {
 // providerAnswer is AsAPIError, and whether the answer was decoded from an
 // SDK's error rather than found as an *APIError.
 func providerAnswer(err error) (api *APIError, decoded bool) {
-	seen := 0
-	return findAPI(err, 0, &seen)
+	var c chain
+	c.add(err)
+	return providerAnswerIn(&c)
 }
 
-// maxChain bounds how many errors of one chain are looked at: a chain is a
-// few wrappers deep, and a cyclic or enormous one must not hold a layer.
-const maxChain = 64
-
-func findAPI(err error, depth int, seen *int) (*APIError, bool) {
-	for ; err != nil && depth < 16 && *seen < maxChain; depth++ {
-		*seen++
+// providerAnswerIn is providerAnswer on a chain already read: the first
+// error of it that is an *APIError, or that has an SDK's error's shape.
+func providerAnswerIn(c *chain) (*APIError, bool) {
+	for _, err := range c.all() {
 		if e, ok := err.(*APIError); ok {
 			return e, false
 		}
 		if e := apiShape(err); e != nil {
 			return e, true
 		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if api, decoded := findAPI(e, depth+1, seen); api != nil {
-					return api, decoded
-				}
-			}
-			return nil, false
-		default:
-			return nil, false
-		}
 	}
 	return nil, false
+}
+
+// stdErrorPkgs are the standard library's packages whose errors a chain
+// most often holds (a wrapped text, a network or TLS failure): none is an
+// SDK's shape, and looking for its fields by name is most of what reading a
+// plain error would cost.
+var stdErrorPkgs = map[string]bool{
+	"errors": true, "fmt": true, "net": true, "net/url": true, "net/http": true, "os": true,
+	"io/fs": true, "syscall": true, "context": true, "crypto/tls": true, "crypto/x509": true,
 }
 
 var (
@@ -265,16 +259,23 @@ func apiShape(err error) *APIError {
 		}
 		v = v.Elem()
 	}
-	if v.Kind() != reflect.Struct {
+	if v.Kind() != reflect.Struct || stdErrorPkgs[v.Type().PkgPath()] {
 		return nil
 	}
 	status, hasStatus := intField(v, "StatusCode")
 	if !hasStatus {
 		status, hasStatus = intField(v, "HTTPStatusCode")
 	}
+	if !hasStatus && !isGenAI(v) {
+		if ev := field(v, "Event", nil); ev.IsValid() && ev.Kind() == reflect.Struct {
+			if data := field(ev, "Data", bytesType); data.IsValid() && len(data.Bytes()) > 0 {
+				return ErrorEventFrom(data.Bytes())
+			}
+		}
+		return nil // no SDK's shape: most errors, made for nothing if e were made first
+	}
 	e := &APIError{}
-	switch {
-	case hasStatus:
+	if hasStatus {
 		e.Message = engine.Truncate(stringField(v, "Message"), maxAPIMessage)
 		e.Code = codeField(v)
 		if e.Code == "" {
@@ -288,17 +289,10 @@ func apiShape(err error) *APIError {
 		if b := field(v, "Body", bytesType); b.IsValid() && e.Code == "" && e.Message == "" {
 			decodeBody(e, b.Bytes())
 		}
-	case isGenAI(v):
+	} else { // a genai.APIError
 		status, _ = intField(v, "Code")
 		e.Message = engine.Truncate(stringField(v, "Message"), maxAPIMessage)
 		e.Code = stringField(v, "Status")
-	default:
-		if ev := field(v, "Event", nil); ev.IsValid() && ev.Kind() == reflect.Struct {
-			if data := field(ev, "Data", bytesType); data.IsValid() && len(data.Bytes()) > 0 {
-				return ErrorEventFrom(data.Bytes())
-			}
-		}
-		return nil
 	}
 	if status >= 200 && status < 300 {
 		// An error inside a successful answer is a stream's error event.

@@ -3,6 +3,7 @@ package policies
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,21 @@ func (e *FailedError) Error() string {
 
 func (e *FailedError) Unwrap() error { return e.Err }
 
+// Underlying is the error beneath retrace's layers in err: the last
+// attempt's error of the innermost layer that failed, or err itself when no
+// layer's failure is in it. It is what a span status, a turn's error text
+// and a diagnosis name: the provider's or the tool's own failure, not the
+// layers' narration around it.
+func Underlying(err error) error {
+	for {
+		fe, ok := errors.AsType[*FailedError](err)
+		if !ok || fe.Err == nil {
+			return err
+		}
+		err = fe.Err
+	}
+}
+
 // Is makes a layer that ran out of attempts match failsafe-go's
 // retrypolicy.ErrExceeded, one refused by the task budget match
 // ErrBudgetExhausted, and one whose caller's context ended match
@@ -111,10 +127,13 @@ func (e *FailedError) Diagnosis() string {
 func (e *FailedError) diagnose() string {
 	var b strings.Builder
 	bracket := func() {
-		var inner *FailedError
-		if !errors.As(e.Err, &inner) {
+		if _, inner := errors.AsType[*FailedError](e.Err); !inner {
 			// The innermost layer says why; the layers above repeat its words.
-			fmt.Fprintf(&b, " [%s: %s]", e.Class, e.Reason)
+			b.WriteString(" [")
+			b.WriteString(string(e.Class))
+			b.WriteString(": ")
+			b.WriteString(e.Reason)
+			b.WriteString("]")
 		}
 	}
 	switch e.Outcome {
@@ -133,11 +152,14 @@ func (e *FailedError) diagnose() string {
 		b.WriteString(brief(e.Err, e.known...))
 		return b.String()
 	case OutcomeFailedExhausted:
-		fmt.Fprintf(&b, "failed after %s", plural(e.Attempts, "attempt"))
+		b.WriteString("failed after ")
+		b.WriteString(plural(e.Attempts, "attempt"))
 	case OutcomeBudgetExhausted:
-		fmt.Fprintf(&b, "retry budget exhausted after %s", plural(e.Attempts, "attempt"))
+		b.WriteString("retry budget exhausted after ")
+		b.WriteString(plural(e.Attempts, "attempt"))
 	case OutcomeRejected:
-		fmt.Fprintf(&b, "rejected after %s", plural(e.Attempts, "attempt"))
+		b.WriteString("rejected after ")
+		b.WriteString(plural(e.Attempts, "attempt"))
 	case OutcomeCanceled:
 		if e.Attempts == 0 {
 			b.WriteString("canceled before the first attempt")
@@ -147,11 +169,13 @@ func (e *FailedError) diagnose() string {
 			}
 			return b.String()
 		}
-		fmt.Fprintf(&b, "canceled after %s", plural(e.Attempts, "attempt"))
+		b.WriteString("canceled after ")
+		b.WriteString(plural(e.Attempts, "attempt"))
 	case OutcomeStepLimit:
 		b.WriteString("stopped at the step limit")
 		if e.Attempts > 0 {
-			fmt.Fprintf(&b, " after %s", plural(e.Attempts, "attempt"))
+			b.WriteString(" after ")
+			b.WriteString(plural(e.Attempts, "attempt"))
 		}
 	default:
 		b.WriteString(string(e.Outcome))
@@ -170,7 +194,7 @@ func plural(n int, what string) string {
 	if n == 1 {
 		return "1 " + what
 	}
-	return fmt.Sprintf("%d %ss", n, what)
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 // brief is err's text for a diagnosis: redacted (known values first), on

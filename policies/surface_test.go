@@ -58,8 +58,9 @@ func TestSurfaceIsSmall(t *testing.T) {
 	t.Logf("%d top-level exported names", len(names))
 	// 52, the fleet's State, MemoryState, NewMemoryState, WithSharedTaskBudget,
 	// RetryBudget{,Config}, NewRetryBudget, and the decoder of provider
-	// answers: APIErrorFrom, ErrorEventFrom, AsAPIError, and StreamError.
-	assert.LessOrEqual(t, len(names), 63)
+	// answers: APIErrorFrom, ErrorEventFrom, AsAPIError, and StreamError;
+	// Underlying, the one reading of the error beneath the layers.
+	assert.LessOrEqual(t, len(names), 64)
 	for _, banned := range []string{"Do", "Attempter", "Gate", "Decision", "Report", "Retrier", "NewRetrier",
 		"Diagnose", "Describe", "TransientPattern", "ClassifyContext"} {
 		assert.NotContains(t, names, banned)

@@ -175,3 +175,29 @@ var transientLower = func() map[string]string {
 	}
 	return m
 }()
+
+// patternReasons holds "pattern: " and each text of transientLower, of 429
+// and of every 5xx status, made once: the reason of a failure classified by
+// its words is written on every attempt of every layer, and would otherwise
+// be a new string each time.
+var patternReasons = func() map[string]string {
+	m := make(map[string]string, len(transientLower)+101)
+	for s := range transientLower {
+		m[s] = "pattern: " + s
+	}
+	for code := 500; code < 600; code++ {
+		s := statusText(code)
+		m[s] = "pattern: " + s
+	}
+	m["429"] = "pattern: 429"
+	return m
+}()
+
+// patternReason is the reason a failure matched by matchTransient's m is
+// given.
+func patternReason(m string) string {
+	if r, ok := patternReasons[m]; ok {
+		return r
+	}
+	return "pattern: " + m
+}

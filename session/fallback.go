@@ -304,7 +304,7 @@ func failureOf(i int, c *candidate, err error) CandidateFailure {
 		f.Outcome, f.Attempts = fe.Outcome, fe.Attempts
 	}
 	if f.Type == "" {
-		f.Type = "_OTHER"
+		f.Type = telemetry.ErrorTypeOther
 	}
 	return f
 }

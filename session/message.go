@@ -3,6 +3,9 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/url"
 	"reflect"
 	"strings"
 	"time"
@@ -143,7 +146,7 @@ func errorText(err error, known []string) string {
 }
 
 func describe(err error, known []string) string {
-	err = underlying(err)
+	err = policies.Underlying(err)
 	var te *TurnError
 	if errors.As(err, &te) {
 		return te.Message.ErrorMessage
@@ -172,30 +175,20 @@ func knownFirst(err error, known []string) string {
 	return err.Error()
 }
 
-// underlying strips retrace's layer errors down to what they wrap.
-func underlying(err error) error {
-	for {
-		var fe *policies.FailedError
-		if !errors.As(err, &fe) || fe.Err == nil {
-			return err
-		}
-		err = fe.Err
-	}
-}
-
-// typeName is the short Go type of err's first non-wrapper: APIError,
-// OpError, TimeoutError.
+// typeName is the short Go type of err's first error that is not a
+// wrapper (retrace's layer failure, a URL's, fmt's): APIError, OpError,
+// TimeoutError; "Error" for errors.New's. Wrappers are told by their types,
+// never by their names.
 func typeName(err error) string {
 	for e := err; e != nil; {
 		t := reflect.TypeOf(e)
-		for t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		switch t.String() {
-		case "fmt.wrapError", "fmt.wrapErrors", "url.Error", "policies.FailedError":
+		switch t {
+		case wrapErrorType, wrapErrorsType, urlErrorType, failedErrorType:
+		case errorStringType:
+			return "Error"
 		default:
-			if t.Name() == "errorString" {
-				return "Error"
+			for t.Kind() == reflect.Pointer {
+				t = t.Elem()
 			}
 			return t.Name()
 		}
@@ -207,3 +200,13 @@ func typeName(err error) string {
 	}
 	return "Error"
 }
+
+// The types typeName looks through, and errors.New's; fmt's and errors'
+// are unexported, so they are taken from errors those packages make.
+var (
+	wrapErrorType   = reflect.TypeOf(fmt.Errorf("%w", io.EOF))
+	wrapErrorsType  = reflect.TypeOf(fmt.Errorf("%w%w", io.EOF, io.EOF))
+	urlErrorType    = reflect.TypeFor[*url.Error]()
+	failedErrorType = reflect.TypeFor[*policies.FailedError]()
+	errorStringType = reflect.TypeOf(errors.New(""))
+)

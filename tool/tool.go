@@ -30,7 +30,8 @@ type Config struct {
 	// retries, each drawn from the task's retry budget.
 	Retry policies.RetryConfig
 	// Breaker is the tool's circuit breaker; the zero value opens after 5
-	// consecutive Transient failures open it for 60 s, then one probe).
+	// consecutive Transient failures, stays open for 60 s, then lets one
+	// probe through.
 	Breaker policies.BreakerConfig
 	// NoBreaker turns the breaker off.
 	NoBreaker bool
