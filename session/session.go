@@ -100,7 +100,12 @@ func DropOldest(_ context.Context, history []Message) ([]Message, error) {
 }
 
 // Session is a conversation with a model. Its methods are safe for
-// concurrent use; turns run one at a time.
+// concurrent use, and turns run one at a time: a turn holds the session
+// from its first attempt to its last, through the backoff waits between
+// them (a history must not change under a turn that is retrying it), so a
+// second Run or Continue, and History and Append too, wait until the turn
+// in progress ends, for as long as its retries take. Conversations that
+// must not wait for each other are separate sessions.
 type Session struct {
 	cfg   Config
 	runs  []middleware.Handler[int, Message]    // each candidate's session layer around one turn
@@ -221,7 +226,7 @@ func (s *Session) Append(msgs ...Message) {
 // Run adds the user's prompt and makes the assistant's turn. On failure it
 // returns the turn's error message (StopReason "error") and the error, and
 // leaves the history as it was before the call, so that a caller's retry
-// starts clean.
+// starts clean. It waits for a turn of this session in progress to end.
 func (s *Session) Run(ctx context.Context, prompt string) (Message, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -280,7 +285,7 @@ func (s *Session) turnOn(ctx context.Context, i int) (Message, error) {
 		telemetry.CompactionAfter.Int(len(compacted)),
 	))
 	s.history = compacted
-	return s.runs[i](middleware.WithCallAttributes(ctx, telemetry.GenAIConversationCompacted.Bool(true)), i)
+	return s.runs[i](middleware.WithCallAttributes(ctx, telemetry.ConversationCompacted.Bool(true)), i)
 }
 
 // compact runs the user's compactor. A compactor that panics is a bug in

@@ -229,11 +229,11 @@ func TestContextOverflowCompacts(t *testing.T) {
 	assert.Equal(t, "failed_permanent", v(sessions[0], telemetry.Outcome))
 	assert.Equal(t, "context_overflow", v(sessions[0], telemetry.ErrorClass))
 	assert.Equal(t, "success", v(sessions[1], telemetry.Outcome))
-	assert.Empty(t, v(sessions[0], telemetry.GenAIConversationCompacted))
-	assert.Equal(t, "true", v(sessions[1], telemetry.GenAIConversationCompacted), "the call after compaction says so")
+	assert.Empty(t, v(sessions[0], telemetry.ConversationCompacted))
+	assert.Equal(t, "true", v(sessions[1], telemetry.ConversationCompacted), "the call after compaction says so")
 	assert.Equal(t, `["error"]`, v(sessions[0], telemetry.GenAIFinishReasons), "a failed inference ends in error")
 	for _, m := range f.spans("model") {
-		assert.Empty(t, v(m, telemetry.GenAIConversationCompacted), "only the inference span carries it")
+		assert.Empty(t, v(m, telemetry.ConversationCompacted), "only the inference span carries it")
 	}
 }
 

@@ -1,6 +1,9 @@
 package telemetry
 
-import "go.opentelemetry.io/otel/attribute"
+import (
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+)
 
 // retrace's own attributes.
 const (
@@ -17,11 +20,14 @@ const (
 	Calls          = attribute.Key("retrace.calls")            // outermost layer span: leaf calls made beneath it
 	CallsWorstCase = attribute.Key("retrace.calls.worst_case") // outermost layer span and nested-retry event: the most leaf calls the layers beneath could make (max attempts × the costliest attempt; a loop's MaxSteps × its costliest step), never below retrace.calls
 	CallsUntraced  = attribute.Key("retrace.calls.untraced")   // outermost layer span, when not zero: leaf calls made beneath it whose spans were not recorded (their layer's tracer provider records nothing), which retrace.calls does not count
-	Policy         = attribute.Key("retrace.policy")           // policy span and state-degraded event: circuit_breaker, bulkhead, timeout; budget on the event
-	CircuitState   = attribute.Key("retrace.circuit.state")    // breaker span (or attempt span): closed, open, half_open
-	RetryAfterMs   = attribute.Key("retrace.retry.after_ms")   // failed span: the wait the server (Retry-After) or a breaker asked for
-	BudgetLeft     = attribute.Key("retrace.budget.remaining") // layer span: task retries left when the layer ended
-	NestedLayers   = attribute.Key("retrace.nested.layers")    // nested-retry event: the retrying layers, outermost first
+	// ConversationCompacted is on the chat span: true when the call was
+	// made with a history compacted after a context overflow.
+	ConversationCompacted = attribute.Key("retrace.conversation.compacted")
+	Policy                = attribute.Key("retrace.policy")           // policy span and state-degraded event: circuit_breaker, bulkhead, timeout; budget on the event
+	CircuitState          = attribute.Key("retrace.circuit.state")    // breaker span (or attempt span): closed, open, half_open
+	RetryAfterMs          = attribute.Key("retrace.retry.after_ms")   // failed span: the wait the server (Retry-After) or a breaker asked for
+	BudgetLeft            = attribute.Key("retrace.budget.remaining") // layer span: task retries left when the layer ended
+	NestedLayers          = attribute.Key("retrace.nested.layers")    // nested-retry event: the retrying layers, outermost first
 
 	TaskID        = attribute.Key("retrace.task.id")         // task span: the task's ID
 	TaskSteps     = attribute.Key("retrace.task.steps")      // task span: the steps it has
@@ -68,41 +74,40 @@ const Version = "0.5.0"
 // repository; they match the names here.
 const SchemaURL = "https://opentelemetry.io/schemas/1.41.0"
 
-// OpenTelemetry semantic-convention keys retrace sets.
+// OpenTelemetry semantic-convention keys retrace sets, taken from the
+// conventions' own package (the release SchemaURL names), so that a key
+// here is the convention's, letter for letter.
 const (
-	ErrorType = attribute.Key("error.type") // failed span: the error's low-cardinality type: the provider's code, the HTTP status or the Go type
+	ErrorType = semconv.ErrorTypeKey // failed span: the error's low-cardinality type: the provider's code, the HTTP status or the Go type
 
-	GenAIOperation     = attribute.Key("gen_ai.operation.name")          // chat, tool and agent spans: chat, execute_tool, invoke_agent
-	GenAIProvider      = attribute.Key("gen_ai.provider.name")           // chat, candidate and agent spans: openai, anthropic, …
-	GenAIRequestModel  = attribute.Key("gen_ai.request.model")           // chat and candidate spans: the model asked for
-	GenAIResponseModel = attribute.Key("gen_ai.response.model")          // chat span: the model that answered
-	GenAIInputTokens   = attribute.Key("gen_ai.usage.input_tokens")      // chat span: prompt tokens
-	GenAIOutputTokens  = attribute.Key("gen_ai.usage.output_tokens")     // chat span: completion tokens
-	GenAIFinishReasons = attribute.Key("gen_ai.response.finish_reasons") // chat span: why the model stopped; ["error"] when the call failed
-	GenAIResponseID    = attribute.Key("gen_ai.response.id")             // chat span: the provider's ID for the completion
-	GenAIRequestStream = attribute.Key("gen_ai.request.stream")          // chat span: the answer was asked for as a stream
+	GenAIOperation     = semconv.GenAIOperationNameKey         // chat, tool and agent spans: chat, execute_tool, invoke_agent
+	GenAIProvider      = semconv.GenAIProviderNameKey          // chat, candidate and agent spans: openai, anthropic, …
+	GenAIRequestModel  = semconv.GenAIRequestModelKey          // chat and candidate spans: the model asked for
+	GenAIResponseModel = semconv.GenAIResponseModelKey         // chat span: the model that answered
+	GenAIInputTokens   = semconv.GenAIUsageInputTokensKey      // chat span: prompt tokens
+	GenAIOutputTokens  = semconv.GenAIUsageOutputTokensKey     // chat span: completion tokens
+	GenAIFinishReasons = semconv.GenAIResponseFinishReasonsKey // chat span: why the model stopped; ["error"] when the call failed
+	GenAIResponseID    = semconv.GenAIResponseIDKey            // chat span: the provider's ID for the completion
+	GenAIRequestStream = semconv.GenAIRequestStreamKey         // chat span: the answer was asked for as a stream
 	// GenAITimeToFirstChunk is on the chat span: how long the answer's first
 	// piece took to arrive, in seconds, in the attempt that ended the call.
-	GenAITimeToFirstChunk = attribute.Key("gen_ai.response.time_to_first_chunk")
-	// GenAIConversationCompacted is on the chat span: true when the call
-	// was made with a history compacted after a context overflow.
-	GenAIConversationCompacted = attribute.Key("gen_ai.conversation.compacted")
-	GenAIToolName              = attribute.Key("gen_ai.tool.name")        // tool span: the tool called
-	GenAIToolCallID            = attribute.Key("gen_ai.tool.call.id")     // tool span: the model's ID for the call
-	GenAIToolType              = attribute.Key("gen_ai.tool.type")        // tool span: function
-	GenAIToolDesc              = attribute.Key("gen_ai.tool.description") // tool span: the tool's description, as offered to the model
-	GenAIAgentName             = attribute.Key("gen_ai.agent.name")       // agent span: the agent's name, when the loop has one
+	GenAITimeToFirstChunk = semconv.GenAIResponseTimeToFirstChunkKey
+	GenAIToolName         = semconv.GenAIToolNameKey        // tool span: the tool called
+	GenAIToolCallID       = semconv.GenAIToolCallIDKey      // tool span: the model's ID for the call
+	GenAIToolType         = semconv.GenAIToolTypeKey        // tool span: function
+	GenAIToolDesc         = semconv.GenAIToolDescriptionKey // tool span: the tool's description, as offered to the model
+	GenAIAgentName        = semconv.GenAIAgentNameKey       // agent span: the agent's name, when the loop has one
 
-	HTTPMethod     = attribute.Key("http.request.method")       // request span: GET, POST, …
-	HTTPStatusCode = attribute.Key("http.response.status_code") // request span: the response's status
-	URLFull        = attribute.Key("url.full")                  // request span: the request URL, without secrets
-	ServerAddress  = attribute.Key("server.address")            // request and chat spans: the host called
-	ServerPort     = attribute.Key("server.port")               // request and chat spans: the port called, the scheme's default included
+	HTTPMethod     = semconv.HTTPRequestMethodKey      // request span: GET, POST, …
+	HTTPStatusCode = semconv.HTTPResponseStatusCodeKey // request span: the response's status
+	URLFull        = semconv.URLFullKey                // request span: the request URL, without secrets
+	ServerAddress  = semconv.ServerAddressKey          // request and chat spans: the host called
+	ServerPort     = semconv.ServerPortKey             // request and chat spans: the port called, the scheme's default included
 	// HTTPResendCount is on a request span: the physical request's place
 	// among the attempts of one logical request, 0 for the first, then 1,
 	// 2, … for the retries (from an SDK's X-Stainless-Retry-Count, or the
 	// layer's own attempts).
-	HTTPResendCount = attribute.Key("http.request.resend_count")
+	HTTPResendCount = semconv.HTTPRequestResendCountKey
 
-	ServiceName = attribute.Key("service.name") // resource: the service, when the environment names none
+	ServiceName = semconv.ServiceNameKey // resource: the service, when the environment names none
 )

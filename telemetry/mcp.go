@@ -1,22 +1,24 @@
 package telemetry
 
-import "go.opentelemetry.io/otel/attribute"
+import (
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+)
 
 // The Model Context Protocol's keys, as the OpenTelemetry GenAI conventions
 // for MCP name them (docs/gen-ai/mcp.md), on the spans and metrics of
 // contrib/mcp: a CLIENT span per request the client sends ("tools/call
 // {gen_ai.tool.name}"), a SERVER span per request a server receives.
 const (
-	MCPMethodName      = attribute.Key("mcp.method.name")      // MCP client and server spans: the request's method (tools/call, tools/list, initialize, …)
-	MCPSessionID       = attribute.Key("mcp.session.id")       // MCP client and server spans: the session's ID, when the transport has one (Streamable HTTP's Mcp-Session-Id)
-	MCPProtocolVersion = attribute.Key("mcp.protocol.version") // MCP client and server spans: the protocol version the session negotiated
-	JSONRPCRequestID   = attribute.Key("jsonrpc.request.id")   // MCP client span: the JSON-RPC request's id, as a string
+	MCPMethodName      = semconv.McpMethodNameKey      // MCP client and server spans: the request's method (tools/call, tools/list, initialize, …)
+	MCPSessionID       = semconv.McpSessionIDKey       // MCP client and server spans: the session's ID, when the transport has one (Streamable HTTP's Mcp-Session-Id)
+	MCPProtocolVersion = semconv.McpProtocolVersionKey // MCP client and server spans: the protocol version the session negotiated
+	JSONRPCRequestID   = semconv.JSONRPCRequestIDKey   // MCP client span: the JSON-RPC request's id, as a string
 	// RPCResponseStatusCode is on an MCP span of a request answered with a
 	// JSON-RPC error: its code, as a string ("-32602").
-	RPCResponseStatusCode  = attribute.Key("rpc.response.status_code")
-	NetworkTransport       = attribute.Key("network.transport")        // MCP client and server spans: pipe (stdio) or tcp (Streamable HTTP)
-	NetworkProtocolName    = attribute.Key("network.protocol.name")    // MCP client and server spans over Streamable HTTP: http
-	NetworkProtocolVersion = attribute.Key("network.protocol.version") // MCP client span over Streamable HTTP: the HTTP version of the exchange (1.1, 2)
+	RPCResponseStatusCode  = semconv.RPCResponseStatusCodeKey
+	NetworkTransport       = semconv.NetworkTransportKey       // MCP client and server spans: pipe (stdio) or tcp (Streamable HTTP)
+	NetworkProtocolName    = semconv.NetworkProtocolNameKey    // MCP client and server spans over Streamable HTTP: http
+	NetworkProtocolVersion = semconv.NetworkProtocolVersionKey // MCP client span over Streamable HTTP: the HTTP version of the exchange (1.1, 2)
 )
 
 // LayerMCP is the retrace.layer of an MCP client span: each request an MCP

@@ -1,6 +1,9 @@
 package telemetry
 
-import "go.opentelemetry.io/otel/attribute"
+import (
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+)
 
 // The metrics retrace records, with their units. The GenAI client metrics
 // follow the OpenTelemetry GenAI semantic conventions, so that dashboards
@@ -48,7 +51,7 @@ const (
 // Attributes that only metrics carry.
 const (
 	CircuitName = attribute.Key("retrace.circuit.name") // breaker metrics: the breaker's name, else its layer's
-	TokenType   = attribute.Key("gen_ai.token.type")    // token usage: input or output
+	TokenType   = semconv.GenAITokenTypeKey             // token usage: input or output
 )
 
 // The values of gen_ai.token.type.

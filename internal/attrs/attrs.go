@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"os"
@@ -16,6 +17,11 @@ import (
 
 // attributePath is the package whose Key type marks an attribute key.
 const attributePath = "go.opentelemetry.io/otel/attribute"
+
+// semconvPrefix begins the path of every release of the semantic
+// conventions' package: a telemetry key taken from it (semconv.ErrorTypeKey)
+// is read from that package's own source.
+const semconvPrefix = "go.opentelemetry.io/otel/semconv/"
 
 // OwnPrefix starts every key that is retrace's own; the others are the
 // OpenTelemetry semantic conventions' keys that retrace sets.
@@ -102,7 +108,11 @@ func Load(dir string) (*Registry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("attrs: %w", err)
 		}
-		keys, events, ferrs := declared(fset, f, name)
+		conv, err := conventions(f)
+		if err != nil {
+			return nil, err
+		}
+		keys, events, ferrs := declared(fset, f, name, conv)
 		errs = append(errs, ferrs...)
 		for _, k := range keys {
 			where := name + ": " + k.Const
@@ -133,7 +143,9 @@ func Load(dir string) (*Registry, error) {
 }
 
 // declared returns the keys and events one file declares.
-func declared(fset *token.FileSet, f *ast.File, file string) ([]Key, []Event, []error) {
+// conv is the keys of the conventions' package f imports, by import name
+// and constant.
+func declared(fset *token.FileSet, f *ast.File, file string, conv map[string]map[string]string) ([]Key, []Event, []error) {
 	attr := importName(f, attributePath)
 	var keys []Key
 	var events []Event
@@ -150,6 +162,11 @@ func declared(fset *token.FileSet, f *ast.File, file string) ([]Key, []Event, []
 					continue
 				}
 				name, isKey := keyValue(attr, vs.Type, vs.Values[i])
+				if sel, ok := vs.Values[i].(*ast.SelectorExpr); ok && !isKey {
+					if pkg, ok := sel.X.(*ast.Ident); ok && conv[pkg.Name] != nil {
+						name, isKey = conv[pkg.Name][sel.Sel.Name], true
+					}
+				}
 				if !isKey {
 					if !strings.HasPrefix(id.Name, "Event") || vs.Type != nil {
 						continue
@@ -166,7 +183,7 @@ func declared(fset *token.FileSet, f *ast.File, file string) ([]Key, []Event, []
 					continue
 				}
 				if name == "" {
-					errs = append(errs, fmt.Errorf("attrs: %s: %s is not attribute.Key of a string literal", fset.Position(id.Pos()), id.Name))
+					errs = append(errs, fmt.Errorf("attrs: %s: %s is neither attribute.Key of a string literal nor a key of the conventions' package", fset.Position(id.Pos()), id.Name))
 					continue
 				}
 				c := comment(gd, vs)
@@ -182,6 +199,63 @@ func declared(fset *token.FileSet, f *ast.File, file string) ([]Key, []Event, []
 		}
 	}
 	return keys, events, errs
+}
+
+// conventions returns, for each release of the conventions' package that f
+// imports, its keys by constant name (ErrorTypeKey → "error.type"), read
+// from that package's source where the go command finds it from the
+// working directory (a test's package, go generate's): the module's, whose
+// go.mod names the release.
+func conventions(f *ast.File) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for _, imp := range f.Imports {
+		path, _ := strconv.Unquote(imp.Path.Value)
+		if !strings.HasPrefix(path, semconvPrefix) {
+			continue
+		}
+		pkg, err := build.Import(path, ".", build.FindOnly)
+		if err != nil {
+			return nil, fmt.Errorf("attrs: finding %s: %w", path, err)
+		}
+		keys := map[string]string{}
+		fset := token.NewFileSet()
+		entries, err := os.ReadDir(pkg.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("attrs: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+				continue
+			}
+			sf, err := parser.ParseFile(fset, filepath.Join(pkg.Dir, e.Name()), nil, 0)
+			if err != nil {
+				return nil, fmt.Errorf("attrs: %w", err)
+			}
+			attr := importName(sf, attributePath)
+			for _, d := range sf.Decls {
+				gd, ok := d.(*ast.GenDecl)
+				if !ok || gd.Tok != token.CONST {
+					continue
+				}
+				for _, spec := range gd.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, id := range vs.Names {
+						if i < len(vs.Values) {
+							if name, ok := keyValue(attr, vs.Type, vs.Values[i]); ok && name != "" {
+								keys[id.Name] = name
+							}
+						}
+					}
+				}
+			}
+		}
+		name := "semconv" // the package's own name, whatever its release
+		if imp.Name != nil {
+			name = imp.Name.Name
+		}
+		out[name] = keys
+	}
+	return out, nil
 }
 
 // importName is the name under which f imports path, "" when it does not.

@@ -125,7 +125,10 @@ func TestLoadRejectsBadDeclarations(t *testing.T) {
 		}, `the event EventA ("retrace.e") has no comment`},
 		{"a key that is not a literal", map[string]string{
 			"a.go": head + "const name = \"retrace.x\"\n\nconst A = attribute.Key(name) // span: x\n",
-		}, "A is not attribute.Key of a string literal"},
+		}, "A is neither attribute.Key of a string literal nor a key of the conventions' package"},
+		{"a key of the conventions that they do not declare", map[string]string{
+			"a.go": "package telemetry\n\nimport semconv \"go.opentelemetry.io/otel/semconv/v1.41.0\"\n\nconst A = semconv.NoSuchKey // span: x\n",
+		}, "A is neither attribute.Key of a string literal nor a key of the conventions' package"},
 		{"no keys at all", map[string]string{
 			"a.go": "package telemetry\n\nconst A = \"retrace.x\"\n",
 		}, "declares no attribute keys"},
@@ -141,6 +144,23 @@ func TestLoadRejectsBadDeclarations(t *testing.T) {
 		})
 	}
 	_, err := attrs.Load(filepath.Join(t.TempDir(), "missing"))
+	assert.ErrorContains(t, err, "missing")
+}
+
+// A key taken from the conventions' package is read from that package's
+// source: its name is the convention's, and it is not retrace's own.
+func TestLoadReadsKeysOfTheConventions(t *testing.T) {
+	reg, err := attrs.Load(writePackage(t, map[string]string{
+		"a.go": "package telemetry\n\nimport (\n\t\"go.opentelemetry.io/otel/attribute\"\n\tsemconv \"go.opentelemetry.io/otel/semconv/v1.41.0\"\n)\n\n" +
+			"const (\n\tErrorType = semconv.ErrorTypeKey // failed span: the error's type\n\tOwn = attribute.Key(\"retrace.x\") // span: x\n)\n",
+	}))
+	require.NoError(t, err)
+	require.Len(t, reg.Keys, 2)
+	assert.Equal(t, "error.type", reg.Keys[0].Name)
+	assert.False(t, reg.Keys[0].Own)
+	assert.Equal(t, "failed span", reg.Keys[0].On)
+	assert.Equal(t, []attrs.Key{reg.Keys[0]}, reg.Conventions())
+	_, err = attrs.Load(filepath.Join(t.TempDir(), "missing"))
 	assert.ErrorContains(t, err, "missing")
 }
 
