@@ -48,7 +48,7 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 // failure (a provider's own words when it sent any): without the layer, the attempt count or the status code, which the span's
 // own attributes (retrace.diagnosis, error.type, http.response.status_code)
 // carry; redacted (the call's known secrets by exact value, secret patterns
-// besides), at most 1 KiB.
+// besides), at most engine.CapSpanStatus bytes.
 func statusText(known []string, e error) string {
 	var s string
 	if api, ok := policies.AsAPIError(e); ok && strings.TrimSpace(api.Message) != "" {
@@ -56,7 +56,7 @@ func statusText(known []string, e error) string {
 	} else if s = engine.ErrorText(e); strings.TrimSpace(s) == "" {
 		s = "error without a message"
 	}
-	return engine.Truncate(policies.Redact(s, known...), 1024)
+	return engine.Truncate(policies.Redact(s, known...), engine.CapSpanStatus)
 }
 
 // statusMemo words a call's span statuses: the layer span's is its last

@@ -20,10 +20,8 @@ import (
 // SDK: it recognises their errors by their shape (see apiShape), which every
 // version of those SDKs has kept.
 
-// maxAPIMessage is the longest provider message an *APIError keeps, in
-// bytes (1 KiB): the provider's text, of any length, goes into errors, spans and the
-// history sent with later requests.
-const maxAPIMessage = 1 << 10
+// maxAPIMessage is the longest provider message an *APIError keeps.
+const maxAPIMessage = engine.CapAPIMessage
 
 // maxErrorBody is how much of an error answer's body is read: enough to
 // find the code that follows a long message (OpenAI writes the message

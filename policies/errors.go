@@ -198,7 +198,7 @@ func plural(n int, what string) string {
 }
 
 // brief is err's text for a diagnosis: redacted (known values first), on
-// one line, at most 400 bytes.
+// one line, at most engine.CapDiagnosis bytes.
 func brief(err error, known ...string) string {
 	if err == nil {
 		return "<nil>"
@@ -221,7 +221,7 @@ func brief(err error, known ...string) string {
 	if strings.TrimSpace(s) == "" {
 		s = errorType(err) + " (empty message)"
 	}
-	return engine.Truncate(oneLine(s), 400)
+	return engine.Truncate(oneLine(s), engine.CapDiagnosis)
 }
 
 // oneLine collapses runs of white space in s to one space, allocating only

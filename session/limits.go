@@ -8,6 +8,7 @@ import (
 
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -30,7 +31,7 @@ const (
 // MaxErrorText is the length in bytes beyond which [ErrorText] cuts the text
 // it records, marking the cut with "…": the text goes into the history sent
 // with every later request, and into errors and spans.
-const MaxErrorText = 2 << 10
+const MaxErrorText = engine.CapTurnError
 
 // Limits bound how much of a provider's answer the OpenAI provider reads,
 // so that a broken gateway or a hostile server cannot make it read, or hold

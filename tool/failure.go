@@ -109,18 +109,12 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 // exact value, secret patterns besides): what the downstream said, without
 // retrace's layer prefixes.
 func message(ctx context.Context, err error) string {
-	for {
-		var fe *policies.FailedError
-		if !errors.As(err, &fe) || fe.Err == nil {
-			break
-		}
-		err = fe.Err
-	}
+	err = policies.Underlying(err)
 	s := strings.Join(strings.Fields(policies.Redact(engine.ErrorText(err), engine.SecretsFrom(ctx)...)), " ")
 	if s == "" {
 		return "(no message)"
 	}
-	return engine.Truncate(s, 500)
+	return engine.Truncate(s, engine.CapToolFailure)
 }
 
 func seconds(d time.Duration) int { return int(math.Ceil(d.Seconds())) }
