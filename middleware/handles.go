@@ -20,6 +20,7 @@ import (
 type judge interface {
 	Classifier() *policies.Classifier
 	Judge(ctx context.Context, fallback *policies.Classifier, err error) (policies.Classification, engine.Failure)
+	Judged(ctx context.Context, cls policies.Classification, err error) (policies.Classification, engine.Failure)
 	Fail(ctx context.Context, layer string, rep engine.Report, cls policies.Classification) error
 }
 

@@ -203,8 +203,12 @@ func resendRefused(ctx context.Context) error {
 	if f == nil || !f.perAttempt {
 		return nil
 	}
-	cls := f.failedBeneath.Load()
-	if cls == nil || cls.Class.Retryable() || cls.Class == policies.Canceled || cls.Class == policies.Unknown {
+	b := f.failedBeneath.Load()
+	if b == nil {
+		return nil
+	}
+	cls := b.cls
+	if cls.Class.Retryable() || cls.Class == policies.Canceled || cls.Class == policies.Unknown {
 		return nil
 	}
 	return &policies.Error{Class: cls.Class, Type: cls.Type, RetryAfter: cls.RetryAfter,

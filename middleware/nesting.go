@@ -2,8 +2,10 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"hash/fnv"
 	"io"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,8 +44,10 @@ type frame struct {
 	// failedBeneath is how the last layer call beneath the current attempt
 	// failed, nil when it succeeded: what an error the handler returns
 	// stands for when it says nothing of itself (an SDK's error made of an
-	// error event's text, which middleware.SDK decoded beneath it).
-	failedBeneath atomic.Pointer[policies.Classification]
+	// error event's text, which middleware.SDK decoded beneath it), and the
+	// classification this layer takes instead of classifying again when
+	// the handler's error wraps that call's.
+	failedBeneath atomic.Pointer[beneath]
 	tp            trace.TracerProvider // the providers the call records on, for the layers beneath that have none
 	mp            metric.MeterProvider
 }
@@ -122,9 +126,48 @@ func (f *frame) startAttempt(n int, delay time.Duration) {
 	f.fold()
 }
 
+// beneath is how a layer call failed, as the enclosing layer's attempt
+// reads it.
+type beneath struct {
+	cls policies.Classification // as the call's span says it
+	// err, when not nil, is the error the call returned, classified raw
+	// (the classifier's own words, before the call's context had its say)
+	// by the classifier by: a layer above that judges an error wrapping err
+	// with the same classifier takes raw, so that one failure is
+	// classified once however many layers it crosses.
+	err error
+	raw policies.Classification
+	by  *policies.Classifier
+}
+
+// classifiedBeneath returns the classification raw of the failure beneath
+// that err stands for, if the classifier by classified it: err is that
+// failure's error, or wraps it (a session's TurnError around its model
+// call's error).
+func (f *frame) classifiedBeneath(err error, by *policies.Classifier) (policies.Classification, bool) {
+	b := f.failedBeneath.Load()
+	if b == nil || b.err == nil || b.by != by {
+		return policies.Classification{}, false
+	}
+	for e, depth := err, 0; e != nil && depth < 8; e, depth = errors.Unwrap(e), depth+1 {
+		if sameError(e, b.err) {
+			return b.raw, true
+		}
+	}
+	return policies.Classification{}, false
+}
+
+// sameError reports whether a and b are the same error value. Only pointers
+// are compared: an error of another kind may not be comparable, and == on
+// it would panic.
+func sameError(a, b error) bool {
+	ta := reflect.TypeOf(a)
+	return ta != nil && ta.Kind() == reflect.Pointer && ta == reflect.TypeOf(b) && a == b
+}
+
 // endedBeneath tells the enclosing layer's current attempt how a layer call
 // beneath it ended: cls when it failed, nil when it succeeded.
-func (f *frame) endedBeneath(cls *policies.Classification) {
+func (f *frame) endedBeneath(cls *beneath) {
 	if p := f.parent; p != nil {
 		p.failedBeneath.Store(cls)
 	}

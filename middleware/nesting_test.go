@@ -1,6 +1,8 @@
 package middleware
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -122,15 +124,45 @@ func TestFrameDepthAndTheFailureBeneath(t *testing.T) {
 	assert.Equal(t, 1, s.depth, "a layer that does not retry adds no depth")
 	assert.True(t, rt.nested.Load())
 
-	cls := policiesFatal()
-	s.endedBeneath(&cls)
-	assert.Equal(t, &cls, loop.failedBeneath.Load())
+	b := &beneath{cls: policiesFatal()}
+	s.endedBeneath(b)
+	assert.Equal(t, b, loop.failedBeneath.Load())
 	s.endedBeneath(nil)
 	assert.Nil(t, loop.failedBeneath.Load(), "a success beneath clears it")
-	loop.endedBeneath(&cls)
+	loop.endedBeneath(b)
 	rt.startAttempt(2, 0)
 	assert.Nil(t, rt.failedBeneath.Load(), "a new attempt starts clean")
 }
+
+// The failure beneath is taken for an error that is it, or wraps it, when
+// the same classifier classified it; a struct error (not comparable) is
+// never compared.
+func TestClassifiedBeneath(t *testing.T) {
+	var r root
+	parent, child := &frame{}, &frame{}
+	parent.init(nil, "session", 4, true, &r)
+	child.init(parent, "model", 1, false, nil)
+	raw := policiesFatal()
+	cause := errors.New("quota")
+	rules := policies.NewClassifier()
+	child.endedBeneath(&beneath{cls: raw, err: cause, raw: raw, by: rules})
+
+	got, ok := parent.classifiedBeneath(fmt.Errorf("turn: %w", cause), rules)
+	assert.True(t, ok, "an error wrapping the failure beneath")
+	assert.Equal(t, raw, got)
+	_, ok = parent.classifiedBeneath(cause, nil)
+	assert.False(t, ok, "another classifier classifies again")
+	_, ok = parent.classifiedBeneath(errors.New("quota"), rules)
+	assert.False(t, ok, "an equal text is not the same failure")
+	child.endedBeneath(&beneath{cls: raw, err: mapError{m: map[string]int{}}, raw: raw, by: rules})
+	_, ok = parent.classifiedBeneath(mapError{m: map[string]int{}}, rules)
+	assert.False(t, ok, "a value that == would panic on is never the same")
+}
+
+// mapError is an error value of a type that is not comparable.
+type mapError struct{ m map[string]int }
+
+func (mapError) Error() string { return "map" }
 
 func policiesFatal() policies.Classification {
 	return policies.Classification{Class: policies.Fatal, Type: "insufficient_quota"}

@@ -317,6 +317,7 @@ type call[Req, Resp any] struct {
 	lastEnd   time.Time // when the previous attempt ended (for a failsafe-go retry's delay)
 	lastErr   error     // the last judged error and its classification
 	lastCls   policies.Classification
+	lastRaw   policies.Classification // lastErr's classification before the context's part (see judge.Judged)
 	lastFail  engine.Failure
 	rejected  bool           // this attempt was refused by the layer's own breaker or bulkhead
 	report    *engine.Report // how the retry loop ended, nil if it did not run
@@ -422,8 +423,7 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 		c.span.SetAttributes(attrs...)
 	}
 	if err != nil {
-		failed := cls // its own variable: only a failure pays for the copy the enclosing attempt keeps
-		c.frame.endedBeneath(&failed)
+		c.frame.endedBeneath(c.beneath(err, cls)) // only a failure pays for the copy the enclosing attempt keeps
 	} else {
 		c.frame.endedBeneath(nil)
 	}
@@ -436,7 +436,7 @@ func (l *layer[Req, Resp]) serve(ctx context.Context, req Req, body step[Req, Re
 				// An error event: the SDK above reports it in words of its
 				// own; the layers above it read this classification.
 				cls := c.classify(ctx, eventErr)
-				c.frame.endedBeneath(&cls)
+				c.frame.endedBeneath(c.beneath(eventErr, cls))
 			}
 			return resp, nil
 		}
@@ -487,8 +487,7 @@ func (c *call[Req, Resp]) endBody(ctx context.Context, err error, attempts int) 
 		outcome = l.outcome(ctx, c, err, cls)
 	}
 	if err != nil {
-		failed := cls
-		c.frame.endedBeneath(&failed)
+		c.frame.endedBeneath(c.beneath(err, cls))
 	}
 	if c.recording {
 		l.endSpan(c, outcome, attempts, cls, err)
@@ -568,18 +567,47 @@ func (l *layer[Req, Resp]) attrBuf() *[]attribute.KeyValue {
 // (middleware.SDK's request), so that one failure has one class on every
 // span and is never guessed again from text above.
 func (c *call[Req, Resp]) classify(ctx context.Context, err error) policies.Classification {
-	if err == c.lastErr && err != nil {
+	if err != nil && sameError(err, c.lastErr) {
 		return c.lastCls
 	}
 	c.lastErr = err
-	c.lastCls, c.lastFail = c.l.judge.Judge(ctx, c.l.cfg.classifier, err)
+	by := c.classifier()
+	if raw, ok := c.frame.classifiedBeneath(err, by); ok {
+		// The layer beneath classified this failure with the same
+		// classifier: its class is carried up, not worked out again from
+		// the words the layers between wrapped it in.
+		c.lastRaw = raw
+		c.lastCls, c.lastFail = c.l.judge.Judged(ctx, raw, err)
+		return c.lastCls
+	}
+	c.lastRaw = by.Classify(err)
+	c.lastCls, c.lastFail = c.l.judge.Judged(ctx, c.lastRaw, err)
 	if c.lastCls.Class == policies.Unknown || c.lastCls.Type == telemetry.ErrorTypeOther {
-		if b := c.frame.failedBeneath.Load(); b != nil && b.Class != policies.Unknown && b.Class != policies.Canceled {
-			c.lastCls = *b
-			c.lastFail.Class, c.lastFail.RetryAfter = string(b.Class), b.RetryAfter
+		if b := c.frame.failedBeneath.Load(); b != nil && b.cls.Class != policies.Unknown && b.cls.Class != policies.Canceled {
+			c.lastCls, c.lastRaw = b.cls, b.cls // what the layers above carry too
+			c.lastFail.Class, c.lastFail.RetryAfter = string(b.cls.Class), b.cls.RetryAfter
 		}
 	}
 	return c.lastCls
+}
+
+// classifier is the one the layer's judge classifies with: its policy's
+// own, else the layer's, else nil (the defaults).
+func (c *call[Req, Resp]) classifier() *policies.Classifier {
+	if own := c.l.judge.Classifier(); own != nil {
+		return own
+	}
+	return c.l.cfg.classifier
+}
+
+// beneath is how this call's failure reads to the enclosing layer: cls, and
+// the raw classification of err when this call classified err itself.
+func (c *call[Req, Resp]) beneath(err error, cls policies.Classification) *beneath {
+	b := &beneath{cls: cls}
+	if sameError(err, c.lastErr) {
+		b.err, b.raw, b.by = err, c.lastRaw, c.classifier()
+	}
+	return b
 }
 
 // classifyFor classifies err as policy h sees it: with the layer's cached

@@ -256,7 +256,14 @@ func (j judge) Judge(ctx context.Context, fallback *Classifier, err error) (Clas
 	if c == nil {
 		c = fallback
 	}
-	cls := c.Classify(err)
+	return j.Judged(ctx, c.Classify(err), err)
+}
+
+// Judged is Judge of an error whose classification is known already: a
+// layer beneath classified it with the same classifier, and the
+// classification is carried up, not worked out again. What is left is the
+// context's part, which the layer beneath could not judge for this one.
+func (judge) Judged(ctx context.Context, cls Classification, err error) (Classification, engine.Failure) {
 	if cls.Class == Canceled && ctx.Err() == nil {
 		if _, explicit := errors.AsType[*Error](err); !explicit {
 			cls.Class, cls.Reason = Transient, "an inner timeout or cancellation, not the caller's"

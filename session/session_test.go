@@ -363,3 +363,28 @@ func TestOverflowAfterCompactionRestoresHistory(t *testing.T) {
 	assert.Equal(t, 2, f.srv.Requests(), "one call, then one after compaction")
 	assert.Equal(t, before, f.s.History())
 }
+
+// One failure is classified once: the session's layer takes the class its
+// model layer gave the provider's error, and never classifies the turn's
+// error around it (whose words are the history's, not the provider's).
+func TestOneFailureClassifiedOnce(t *testing.T) {
+	var turns, all int
+	rules := policies.NewClassifier(func(err error) (policies.Classification, bool) {
+		all++
+		if _, ok := errors.AsType[*session.TurnError](err); ok {
+			turns++
+		}
+		return policies.Classification{}, false
+	})
+	f := start(t, retracetest.Always(retracetest.ServerError(503)), func(c *session.Config) {
+		c.Options = append(c.Options, middleware.WithClassifier(rules))
+	})
+	_, err := f.s.Run(context.Background(), "hi")
+	require.Error(t, err)
+	require.Equal(t, 4, f.srv.Requests(), "SessionRetry's attempts")
+	assert.Zero(t, turns, "the turn's error is never classified")
+	assert.Positive(t, all, "the rules did run, on the provider's error")
+	inference := f.spans("session")
+	require.Len(t, inference, 1)
+	assert.Equal(t, string(policies.Transient), v(inference[0], telemetry.ErrorClass))
+}
