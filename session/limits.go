@@ -8,7 +8,6 @@ import (
 
 	"github.com/openai/openai-go/v3/option"
 
-	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -31,7 +30,7 @@ const (
 // MaxErrorText is the length in bytes beyond which [ErrorText] cuts the text
 // it records, marking the cut with "…": the text goes into the history sent
 // with every later request, and into errors and spans.
-const MaxErrorText = engine.CapTurnError
+const MaxErrorText = 2 << 10 // the caps' table's CapTurnError; a test keeps them equal
 
 // Limits bound how much of a provider's answer the OpenAI provider reads,
 // so that a broken gateway or a hostile server cannot make it read, or hold

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -453,4 +454,9 @@ func TestLongErrorMessagesKeepTheirCode(t *testing.T) {
 			assert.Equal(t, tc.requests, b.srv.Requests())
 		})
 	}
+}
+
+// MaxErrorText is the turn's cap in retrace's one table of text caps.
+func TestMaxErrorTextIsTheTablesCap(t *testing.T) {
+	assert.Equal(t, engine.CapTurnError, session.MaxErrorText)
 }

@@ -60,6 +60,7 @@ type Store struct{}
 func (s *Store) Breaker(op engine.BreakerOp) error { return nil }
 func (s *Store) step(op engine.BreakerOp) {}
 func Plain(n int) int { return n }
+const Cap = engine.CapTurnError
 `
 	f, err := parser.ParseFile(token.NewFileSet(), "p.go", src, 0)
 	require.NoError(t, err)
@@ -67,7 +68,7 @@ func Plain(n int) int { return n }
 	for _, l := range leaks("p.go", f) {
 		what = append(what, l.what)
 	}
-	assert.Equal(t, []string{"State: engine.State", "Store.Breaker: engine.BreakerOp"}, what)
+	assert.Equal(t, []string{"State: engine.State", "Store.Breaker: engine.BreakerOp", "Cap: engine.CapTurnError"}, what)
 }
 
 func isMain(files map[string]*ast.File) bool {
@@ -112,6 +113,11 @@ type leak struct{ file, what string }
 // internal package: alias and type definitions, the fields and methods of
 // exported structs and interfaces, the signatures of exported functions and
 // methods, and the types of exported variables and constants.
+func isLit(e ast.Expr) bool {
+	_, ok := e.(*ast.CompositeLit)
+	return ok
+}
+
 func leaks(file string, f *ast.File) []leak {
 	internal := map[string]bool{}
 	for _, imp := range f.Imports {
@@ -190,6 +196,15 @@ func leaks(file string, f *ast.File) []leak {
 				case *ast.ValueSpec:
 					if anyExported(s.Names) {
 						check(s.Names[0].Name, s.Type)
+						// go doc prints a value too, but for the
+						// insides of a composite literal.
+						for _, v := range s.Values {
+							if _, lit := v.(*ast.CompositeLit); !lit {
+								if u, ok := v.(*ast.UnaryExpr); !ok || !isLit(u.X) {
+									check(s.Names[0].Name, v)
+								}
+							}
+						}
 					}
 				}
 			}
