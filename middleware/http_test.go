@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -543,4 +544,22 @@ func TestTransportTimeoutKeepsTheBody(t *testing.T) {
 		assert.Greater(t, n, int64(size))
 		require.NoError(t, resp.Body.Close())
 	}
+}
+
+// A failsafe-go retry policy under Transport runs through failsafe-go's
+// executor, and its attempts are the physical requests too: a request span
+// each, numbered among the resends, beneath the layer's span.
+func TestTransportFailsafeRetryAttemptsAreRequests(t *testing.T) {
+	srv := newHTTPServer(t,
+		httpAnswer{status: 503, body: `{"error":{"type":"overloaded_error","message":"busy"}}`},
+		httpAnswer{status: 200, body: `{"ok":true}`},
+	)
+	client, _, rec := httpClient(t, srv, retrypolicy.NewBuilder[*http.Response]().WithMaxAttempts(3).Build())
+	resp, err := client.Get(chatURL(srv))
+	require.NoError(t, err)
+	_, err = io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	assert.Len(t, srv.requests(), 2)
+	assertRequestSpans(t, rec, srv, http.MethodGet, 503, 200)
 }

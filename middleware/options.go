@@ -20,33 +20,29 @@ type optionFunc func(*config)
 
 func (f optionFunc) apply(c *config) { f(c) }
 
+// config is what the options set; a layer reads it once, when it is built.
 type config struct {
-	tp          trace.TracerProvider
-	mp          metric.MeterProvider
-	classifier  *policies.Classifier
-	clock       clock.Clock
-	spanName    string
-	attrs       []attribute.KeyValue
-	kind        trace.SpanKind
-	policySpans bool
-	inner       int
-	innerName   string // the inner retrying layer's name (WithInnerRetries)
-	steps       int
-	// http makes each physical request a CLIENT span named after its method,
-	// with the http.* attributes at its start (Transport, SDK).
-	http         bool
+	tp           trace.TracerProvider
+	mp           metric.MeterProvider
+	classifier   *policies.Classifier
+	clock        clock.Clock
+	spanName     string
+	attrs        []attribute.KeyValue
+	kind         trace.SpanKind
+	policySpans  bool
+	inner        int    // the handler's own attempts (WithInnerAttempts)
+	innerName    string // the retry layer that makes them (WithInnerRetries)
+	steps        int    // the handler's steps (WithSteps)
 	httpPolicies []failsafe.Policy[*http.Response]
-	// sdkName and sdkAttempts describe the SDK retry loop an SDK middleware
-	// runs in: each request is one of sdkAttempts.
-	sdkName     string
-	sdkAttempts int
-	// endAttrs, if set, are attributes read off the call's result for its
-	// layer span, set as it ends (WithEndAttributes).
-	endAttrs  func(resp any, err error) []attribute.KeyValue
-	onAttempt func(context.Context, AttemptEnd)
-	genai     bool
-	usage     any   // func(Resp) (input, output int), from WithGenAIMetrics
-	policies  []any // []failsafe.Policy[R] each, from WithPolicies, for Layer
+	onAttempt    func(context.Context, AttemptEnd)
+	// The GenAI call (genai.go): the attributes read off the result
+	// (WithEndAttributes: a func(Resp, error) []attribute.KeyValue), the
+	// gen_ai.client.* metrics (WithGenAIMetrics) and the token usage they
+	// read (a func(Resp) (input, output int)).
+	endAttrs any
+	genai    bool
+	usage    any
+	policies []any // []failsafe.Policy[R] each, from WithPolicies, for Layer
 }
 
 func newConfig(opts []Option) config {
@@ -145,18 +141,15 @@ func WithHTTPPolicies(ps ...failsafe.Policy[*http.Response]) Option {
 // WithEndAttributes sets, on each layer span as it ends, the attributes f
 // reads off the call's result: for a model call that covers its retries,
 // the usage, response model and finish reasons of the attempt that ended
-// it. Resp must be the layer's response type; f gets the zero value on
-// failure, with the error.
+// it. f gets the zero value on failure, with the error. Resp must be the
+// layer's response type: an f of another is never called.
 func WithEndAttributes[Resp any](f func(resp Resp, err error) []attribute.KeyValue) Option {
 	return optionFunc(func(c *config) {
 		if f == nil {
 			c.endAttrs = nil
 			return
 		}
-		c.endAttrs = func(resp any, err error) []attribute.KeyValue {
-			r, _ := resp.(Resp)
-			return f(r, err)
-		}
+		c.endAttrs = f
 	})
 }
 

@@ -9,7 +9,6 @@ import (
 
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
-	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -178,8 +177,8 @@ func (l *layer[Req, Resp]) bulkheadStep(h bulkheadPolicy, next step[Req, Resp]) 
 
 // timeoutStep bounds an attempt on the timeout's clock, else the layer's.
 func (l *layer[Req, Resp]) timeoutStep(h timeoutPolicy, next step[Req, Resp]) step[Req, Resp] {
-	limit, own := h.Engine()
-	clk := engine.Or(own, l.clock())
+	limit := h.Limit()
+	clk := engine.Or(h.Clock(), l.clock())
 	cause := &policies.TimeoutError{After: limit}
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		var span trace.Span
@@ -242,12 +241,14 @@ func (b *cancelAtEnd) Close() error {
 // executor. A failsafe-go retry policy among them gets attempt spans, and
 // its retries draw from the task budget: when the budget refuses one, the
 // execution is canceled before the retry reaches the handler.
-func (l *layer[Req, Resp]) foreignStep(ps []failsafe.Policy[Resp], next step[Req, Resp]) step[Req, Resp] {
-	exec := failsafe.With(ps...)
+func (l *layer[Req, Resp]) foreignStep(ps []policy[Resp], next step[Req, Resp]) step[Req, Resp] {
+	fps := make([]failsafe.Policy[Resp], len(ps))
 	retries := false
-	for _, p := range ps {
-		retries = retries || isFailsafeRetry(p)
+	for i, p := range ps {
+		fps[i] = p.p
+		retries = retries || p.failsafeRetry
 	}
+	exec := failsafe.With(fps...)
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		if !retries {
 			return exec.WithContext(ctx).GetWithExecution(func(e failsafe.Execution[Resp]) (Resp, error) {
@@ -293,7 +294,7 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 	}
 	var span trace.Span
 	if c.recording {
-		ctx, span = c.tracer.Start(ctx, c.l.attemptName)
+		ctx, span = c.l.role.attempt(ctx, c, n)
 		prev := c.aspan
 		c.aspan = span
 		defer func() { c.aspan = prev }()
@@ -311,12 +312,87 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 	return resp, err
 }
 
-// isFailsafeRetry reports whether p is failsafe-go's retry policy, known by
-// the builder methods its type carries (retrypolicy.RetryPolicy itself is
-// no more than failsafe.Policy).
-func isFailsafeRetry[R any](p failsafe.Policy[R]) bool {
-	_, ok := p.(interface {
-		ReturnLastFailure() retrypolicy.Builder[R]
-	})
-	return ok
+// The attempts of the retry loop: call implements engine.Attempter and
+// engine.Gate, and engine.Do calls back here for each attempt, each
+// failure and each decision.
+
+func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duration) (Resp, error) {
+	c.attempts = n
+	c.rejected = false
+	c.frame.startAttempt(n, delay)
+	if n > 1 {
+		c.meter.retried(c.fctx.Context, delay)
+	}
+	if c.recording && c.l.retry.MaxAttempts > 1 {
+		ctx, c.aspan = c.l.role.attempt(ctx, c, n)
+	}
+	return c.inner(ctx, c, c.req)
+}
+
+func (c *call[Req, Resp]) Judge(ctx context.Context, err error) engine.Failure {
+	c.classify(ctx, err)
+	f := c.last.fail
+	if c.rejected {
+		f.Rejected, f.Held = true, false
+	}
+	return f
+}
+
+// Refusal implements engine.Gate: the role may refuse the next attempt (a
+// request whose body cannot be sent again), and so would a breaker inside
+// the retry loop that is open and still cooling down. Refused before the
+// retry starts, no attempt span stands for an attempt never made.
+func (c *call[Req, Resp]) Refusal() error {
+	if err := c.l.role.refusal(c.req); err != nil {
+		return err
+	}
+	for _, g := range c.l.gates {
+		if b := g.Engine(); b.State() == circuitbreaker.OpenState && b.Remaining(c.l.clock()) > 0 {
+			return g.Rejection(c.l.clock())
+		}
+	}
+	return nil
+}
+
+func (c *call[Req, Resp]) Done(n int, err error, d engine.Decision) {
+	c.noteState(c.fctx.Context, c.current(), d.State)
+	if d.Outcome == string(policies.OutcomeBudgetExhausted) {
+		c.meter.refused(c.fctx.Context)
+	}
+	var cls policies.Classification
+	if err != nil {
+		cls = c.last.cls
+	}
+	c.attemptEnded(n, c.frame.delay, err, cls)
+	if c.aspan == nil {
+		return
+	}
+	c.endAttempt(c.aspan, n, c.frame.delay, cls, err)
+	c.aspan = nil
+}
+
+// attemptEnded tells the layer's WithOnAttempt observer, if it has one.
+func (c *call[Req, Resp]) attemptEnded(n int, delay time.Duration, err error, cls policies.Classification) {
+	if f := c.l.cfg.onAttempt; f != nil {
+		f(c.fctx.Context, AttemptEnd{Attempt: Attempt{Layer: c.l.name, N: n, MaxAttempts: c.l.maxAttempts, Delay: delay}, Err: err, Class: cls})
+	}
+}
+
+// endAttempt ends an attempt span with all its attributes in one call: its
+// number, the backoff it waited, and how it failed, if it did.
+func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
+	buf := c.l.attrBuf()
+	defer c.l.attrs.Put(buf)
+	attrs := append((*buf)[:0], telemetry.Attempt.Int(n))
+	if delay > 0 {
+		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
+	}
+	if err != nil {
+		known := c.known()
+		attrs = appendFailure(known, attrs, cls)
+		span.SetStatus(codes.Error, c.status.of(known, err))
+	}
+	span.SetAttributes(attrs...)
+	span.End()
+	*buf = attrs
 }

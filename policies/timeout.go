@@ -42,8 +42,12 @@ type timeoutExecutor[R any] struct {
 	clk   clock.Clock
 }
 
-// Engine returns the limit and the timeout's own clock (nil if none).
-func (e *timeoutExecutor[R]) Engine() (time.Duration, clock.Clock) { return e.limit, e.clk }
+// Limit is the time an attempt may take.
+func (e *timeoutExecutor[R]) Limit() time.Duration { return e.limit }
+
+// Clock is the timeout's own clock, nil if it has none (the layer's is
+// used).
+func (e *timeoutExecutor[R]) Clock() clock.Clock { return e.clk }
 
 func (e *timeoutExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.PolicyResult[R]) func(failsafe.Execution[R]) *common.PolicyResult[R] {
 	return func(exec failsafe.Execution[R]) *common.PolicyResult[R] {

@@ -58,7 +58,7 @@ func New(agent Agent, cfg Config) *Runtime {
 	// Each failed attempt is recorded with the class the layer gave it, so
 	// that ExecError and the attempt spans agree.
 	opts := append(append([]middleware.Option{}, cfg.Options...), middleware.WithOnAttempt(record))
-	r.exec = middleware.PoliciesWith[string, session.Message]("runtime", opts, policies.NewRetry[session.Message](cfg.Retry))(r.attempt)
+	r.exec = middleware.PoliciesWith[string, session.Message]("runtime", opts, policies.NewRetry[session.Message](cfg.Retry))(agent.Run)
 	return r
 }
 
@@ -85,11 +85,6 @@ func (r *Runtime) Exec(ctx context.Context, prompt string) (session.Message, err
 		reason, diag = reasonOf(fe.Outcome), fe.Diagnosis()
 	}
 	return msg, &ExecError{Reason: reason, Attempts: rec.list(), Diagnosis: diag, Err: err}
-}
-
-// attempt is one try of Exec, inside the runtime layer.
-func (r *Runtime) attempt(ctx context.Context, prompt string) (session.Message, error) {
-	return r.agent.Run(ctx, prompt)
 }
 
 type recorderKey struct{}

@@ -169,12 +169,13 @@ type candidate struct {
 	provider Provider
 	model    string
 	name     string                               // "{provider}/{model}", as diagnoses write it
+	index    int                                  // its place in the chain, from 0
 	call     middleware.Handler[Request, Message] // its model layer around the provider
-	turn     middleware.Handler[int, Message]     // its candidate layer around its turn; nil without fallbacks
+	turn     middleware.Handler[*turn, Message]   // its candidate layer around its turn; nil without fallbacks
 }
 
 func (s *Session) newCandidate(i int, c Candidate, call middleware.Handler[Request, Message]) *candidate {
-	k := &candidate{provider: c.Provider, model: c.Model, name: c.Provider.Name() + "/" + c.Model, call: call}
+	k := &candidate{provider: c.Provider, model: c.Model, name: c.Provider.Name() + "/" + c.Model, index: i, call: call}
 	if len(s.cfg.Fallbacks) > 0 {
 		opts := append(append([]middleware.Option{}, s.cfg.Options...),
 			middleware.WithSpanName(telemetry.LayerCandidate+" "+k.name),
@@ -184,7 +185,7 @@ func (s *Session) newCandidate(i int, c Candidate, call middleware.Handler[Reque
 				telemetry.GenAIRequestModel.String(c.Model),
 			),
 		)
-		k.turn = middleware.PoliciesWith[int, Message](telemetry.LayerCandidate, opts)(s.turnOn)
+		k.turn = middleware.PoliciesWith[*turn, Message](telemetry.LayerCandidate, opts)(s.overflowing)
 	}
 	return k
 }
@@ -208,20 +209,21 @@ func validFallbacks(cs []Candidate) error {
 // did not need still counts, as if it cost what the costliest one did,
 // since the next turn may need it. A fallback is not a retry: it draws
 // nothing from the task budget and adds no retry depth.
-func (s *Session) fallbackLayer() middleware.Handler[struct{}, Message] {
+func (s *Session) fallbackLayer() middleware.Handler[*turn, Message] {
 	opts := append(append([]middleware.Option{}, s.cfg.Options...),
 		middleware.WithSpanName(telemetry.LayerFallback),
 		middleware.WithAttributes(telemetry.FallbackCandidates.Int(len(s.cands))),
 		middleware.WithSteps(len(s.cands)),
 	)
-	return middleware.PoliciesWith[struct{}, Message](telemetry.LayerFallback, opts)(s.fallback)
+	return middleware.PoliciesWith[*turn, Message](telemetry.LayerFallback, opts)(s.fallback)
 }
 
 // fallback is the fallback layer's handler: the candidates in order, each
-// on the history as it was when the turn began, until one answers or one
-// fails in a way that does not fall back.
-func (s *Session) fallback(ctx context.Context, _ struct{}) (Message, error) {
-	start := s.history[:len(s.history):len(s.history)] // appends cannot write into it
+// a turn of its own on the history as it was when the turn began, until one
+// answers (its turn becomes t) or one fails in a way that does not fall
+// back.
+func (s *Session) fallback(ctx context.Context, t *turn) (Message, error) {
+	start := t.history[:len(t.history):len(t.history)] // appends cannot write into it
 	var (
 		failed []CandidateFailure
 		errs   []error
@@ -231,13 +233,14 @@ func (s *Session) fallback(ctx context.Context, _ struct{}) (Message, error) {
 	stopped := false
 	for i, c := range s.cands {
 		middleware.NextStep(ctx)
-		s.history = start
-		msg, err = c.turn(ctx, i)
+		ct := &turn{cand: c, history: start}
+		msg, err = c.turn(ctx, ct)
 		if err == nil {
 			if len(failed) > 0 {
 				msg.PassedOver = failed
-				s.history[len(s.history)-1].PassedOver = failed
+				ct.history[len(ct.history)-1].PassedOver = failed
 			}
+			*t = *ct
 			s.describe(ctx, i+1, c.name, failed, nil)
 			return msg, nil
 		}

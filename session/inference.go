@@ -149,3 +149,40 @@ func ModelLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Re
 func InferenceLayers[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
 	return middleware.Chain(InferenceLayer[Req](in), ModelLayer[Req](in))
 }
+
+// inference is candidate c's logical model call, with the session's
+// settings.
+func (s *Session) inference(c Candidate) Inference[Message] {
+	in := Inference[Message]{
+		Provider: c.Provider.Name(), Model: c.Model, Stream: true,
+		Retry: s.cfg.Retry, Timeout: s.cfg.ModelTimeout, Policies: c.ModelPolicies,
+		InnerAttempts: c.ProviderAttempts, Options: s.cfg.Options,
+		Describe: func(m Message) Message { return m },
+	}
+	if sv, ok := c.Provider.(interface{ Server() (string, int) }); ok {
+		in.Server, in.Port = sv.Server()
+	}
+	return in
+}
+
+// inferenceEnd is what the inference span learns when the call ends.
+func inferenceEnd(m Message, err error) []attribute.KeyValue {
+	if err != nil {
+		return []attribute.KeyValue{telemetry.GenAIFinishReasons.StringSlice([]string{StopError})}
+	}
+	kv := []attribute.KeyValue{
+		telemetry.GenAIInputTokens.Int(m.Usage.InputTokens),
+		telemetry.GenAIOutputTokens.Int(m.Usage.OutputTokens),
+		telemetry.GenAIFinishReasons.StringSlice([]string{m.StopReason}),
+	}
+	if m.Model != "" {
+		kv = append(kv, telemetry.GenAIResponseModel.String(m.Model))
+	}
+	if m.ResponseID != "" {
+		kv = append(kv, telemetry.GenAIResponseID.String(m.ResponseID))
+	}
+	if m.FirstChunk > 0 {
+		kv = append(kv, telemetry.GenAITimeToFirstChunk.Float64(m.FirstChunk.Seconds()))
+	}
+	return kv
+}

@@ -1,0 +1,144 @@
+package middleware
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
+)
+
+// genAI is what makes a layer a GenAI model call, whatever its role: the
+// attributes its span learns from the result as it ends (WithEndAttributes:
+// the usage, response model and finish reasons of the attempt that ended
+// it) and the gen_ai.client.* metrics it records (WithGenAIMetrics).
+type genAI[Resp any] struct {
+	end   func(Resp, error) []attribute.KeyValue // nil: none
+	usage func(Resp) (input, output int)         // nil: no token usage
+}
+
+// newGenAI is the layer's GenAI part, nil when it is no GenAI call. A
+// function of another response type than the layer's is not called.
+func newGenAI[Resp any](cfg config) *genAI[Resp] {
+	end, _ := cfg.endAttrs.(func(Resp, error) []attribute.KeyValue)
+	if end == nil && !cfg.genai {
+		return nil
+	}
+	g := &genAI[Resp]{end: end}
+	g.usage, _ = cfg.usage.(func(Resp) (int, int))
+	return g
+}
+
+// endAttributes sets the attributes read off the call's result on span.
+// The answer's words (its model, its ID) may echo a credential: a value
+// Redact would change is written as [REDACTED].
+func (g *genAI[Resp]) endAttributes(span trace.Span, known []string, resp Resp, err error) {
+	if g.end == nil {
+		return
+	}
+	attrs := g.end(resp, err)
+	for i, kv := range attrs {
+		switch kv.Value.Type() {
+		case attribute.STRING:
+			if v := kv.Value.AsString(); policies.Redact(v, known...) != v {
+				attrs[i] = kv.Key.String("[REDACTED]")
+			}
+		case attribute.STRINGSLICE:
+			vs, changed := kv.Value.AsStringSlice(), false
+			for j, v := range vs {
+				if policies.Redact(v, known...) != v {
+					vs[j], changed = "[REDACTED]", true
+				}
+			}
+			if changed {
+				attrs[i] = kv.Key.StringSlice(vs)
+			}
+		}
+	}
+	span.SetAttributes(attrs...)
+}
+
+// record records the call on the GenAI instruments in: its duration d, and
+// the tokens of a successful answer.
+func (g *genAI[Resp]) record(ctx context.Context, in *genAIInstruments, d time.Duration, resp Resp, err error, cls policies.Classification) {
+	var input, output int
+	if err == nil && g.usage != nil {
+		input, output = g.usage(resp)
+	}
+	in.record(ctx, d, cls.Type, err != nil, input, output)
+}
+
+// genAIInstruments are the GenAI client metrics of a model layer.
+type genAIInstruments struct {
+	duration metric.Float64Histogram
+	tokens   metric.Int64Histogram
+	base     []attribute.KeyValue
+	ok       []metric.RecordOption
+	input    []metric.RecordOption
+	output   []metric.RecordOption
+	failed   sync.Map // error.type → []metric.RecordOption
+}
+
+// genAIKeys are the layer attributes the GenAI metrics carry: the
+// conventions' low-cardinality ones.
+var genAIKeys = []attribute.Key{telemetry.GenAIOperation, telemetry.GenAIProvider, telemetry.GenAIRequestModel, telemetry.ServerAddress}
+
+func newGenAIInstruments(m metric.Meter, attrs []attribute.KeyValue) *genAIInstruments {
+	g := &genAIInstruments{}
+	for _, kv := range attrs {
+		for _, k := range genAIKeys {
+			if kv.Key == k {
+				g.base = append(g.base, kv)
+			}
+		}
+	}
+	g.duration, _ = m.Float64Histogram(telemetry.MetricOperationDuration, metric.WithUnit(telemetry.UnitSeconds),
+		metric.WithDescription("GenAI operation duration."),
+		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets()...))
+	g.tokens, _ = m.Int64Histogram(telemetry.MetricTokenUsage, metric.WithUnit(telemetry.UnitToken),
+		metric.WithDescription("Measures number of input and output tokens used."),
+		metric.WithExplicitBucketBoundaries(telemetry.TokenBuckets()...))
+	with := func(kv ...attribute.KeyValue) []metric.RecordOption {
+		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue{}, g.base...), kv...)...))}
+	}
+	g.ok = with()
+	g.input = with(telemetry.TokenType.String(telemetry.TokenInput))
+	g.output = with(telemetry.TokenType.String(telemetry.TokenOutput))
+	return g
+}
+
+// record records one model call: its duration, with error.type when it
+// failed, and the tokens it used when it succeeded.
+func (g *genAIInstruments) record(ctx context.Context, d time.Duration, errType string, failed bool, input, output int) {
+	opts := g.ok
+	if failed {
+		// A span names the provider's code as it is; a metric only the
+		// known ones, so that its streams stay bounded.
+		errType = telemetry.MetricErrorType(errType)
+		v, ok := g.failed.Load(errType)
+		if !ok {
+			v, _ = g.failed.LoadOrStore(errType, []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+				append(append([]attribute.KeyValue{}, g.base...), telemetry.ErrorType.String(errType))...))})
+		}
+		opts = v.([]metric.RecordOption)
+	}
+	if g.duration != nil {
+		g.duration.Record(ctx, d.Seconds(), opts...)
+	}
+	if failed || g.tokens == nil {
+		return
+	}
+	// A provider that reports no usage leaves the histogram alone rather
+	// than filling it with zeros.
+	if input > 0 {
+		g.tokens.Record(ctx, int64(input), g.input...)
+	}
+	if output > 0 {
+		g.tokens.Record(ctx, int64(output), g.output...)
+	}
+}
