@@ -29,6 +29,7 @@ type call[Req, Resp any] struct {
 	fctx      frameCtx
 	span      trace.Span // the layer span
 	aspan     trace.Span // the current attempt span, nil outside an attempt or when not recording
+	narrated  bool       // an attempt span was started: each failure is told on its attempt's span
 	recording bool
 	resend    int       // the request's place among an SDK's retries of it, from 0 (sdk.go); 0 for any other call
 	attempts  int       // the attempts made so far
@@ -128,6 +129,7 @@ func (c *call[Req, Resp]) placeFrame(parent *frame) {
 	c.frame.init(parent, l.name, l.frameAttempts, l.retrying() || l.cfg.inner > 1, &c.root)
 	c.frame.perAttempt = l.cfg.inner > 1
 	c.frame.inner, c.frame.innerName = l.cfg.inner, l.cfg.innerName
+	c.frame.announced = &l.announced
 }
 
 // verdict is how the call ended: its outcome, its attempts, the
@@ -225,6 +227,11 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 	}
 	if err != nil {
 		known := c.known()
+		if c.narrated {
+			// The attempt spans beneath say which rule decided, each for its
+			// own failure; the layer span says what the call ended as.
+			cls.Reason, cls.RetryAfter = "", 0
+		}
 		attrs = appendFailure(known, attrs, cls)
 		c.span.SetStatus(codes.Error, c.status.of(known, err))
 	}

@@ -70,7 +70,9 @@ func Layer[Req, Resp any](name string, opts ...Option) Middleware[Req, Resp] {
 //   - a retrying layer opens one child span per attempt (retrace.attempt,
 //     retrace.retry.delay_ms); a failed attempt has status Error,
 //     retrace.error.class, retrace.error.reason and error.type, and an error
-//     that a retry then fixed stays on its attempt span;
+//     that a retry then fixed stays on its attempt span; a failed layer span
+//     has status Error, retrace.error.class and error.type, and the reason
+//     only when it narrates no attempts (its attempts' spans tell it);
 //   - inside each attempt, a circuit breaker, bulkhead or timeout that acts
 //     opens a span of its own around the inner handler ([WithPolicySpans]).
 //
@@ -105,6 +107,7 @@ func PoliciesWith[Req, Resp any](layer string, opts []Option, ps ...failsafe.Pol
 // (how a call shows in the trace), the instruments. A call's own state is a
 // call (call.go).
 type layer[Req, Resp any] struct {
+	announced     atomic.Pointer[nestedChain] // the last nested chain its calls announced (nesting.go)
 	name          string
 	cfg           config
 	role          role[Req, Resp]

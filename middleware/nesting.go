@@ -3,8 +3,6 @@ package middleware
 import (
 	"context"
 	"errors"
-	"hash/fnv"
-	"io"
 	"reflect"
 	"slices"
 	"strconv"
@@ -48,7 +46,8 @@ type frame struct {
 	// classification this layer takes instead of classifying again when
 	// the handler's error wraps that call's.
 	failedBeneath atomic.Pointer[beneath]
-	tp            trace.TracerProvider // the providers the call records on, for the layers beneath that have none
+	announced     *atomic.Pointer[nestedChain] // the layer's last announced chain (announceNesting)
+	tp            trace.TracerProvider         // the providers the call records on, for the layers beneath that have none
 	mp            metric.MeterProvider
 }
 
@@ -58,8 +57,9 @@ type root struct {
 	untraced atomic.Int64 // leaf calls whose span was not recorded while the root's was
 	span     trace.Span
 	mu       sync.Mutex
-	reported []uint64 // hashes of the nested chains already announced on the root span
-	secrets  []string // credentials a layer beneath saw (an SDK request's API key)
+	reported []uint64  // hashes of the nested chains already announced on the root span
+	inline   [2]uint64 // reported's first hashes, without an allocation
+	secrets  []string  // credentials a layer beneath saw (an SDK request's API key)
 }
 
 // learn adds credentials a layer beneath saw to those every layer of the
@@ -226,6 +226,29 @@ func NextStep(ctx context.Context) {
 	}
 }
 
+// FNV-1a, 64 bits (hash/fnv's), written out: a chain is hashed on every
+// nested layer call, and hash/fnv's Hash64 would be one allocation each.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvByte(h uint64, b byte) uint64 { return (h ^ uint64(b)) * fnvPrime }
+
+func fnvInt(h uint64, n int) uint64 {
+	for i := 0; i < 64; i += 8 {
+		h = fnvByte(h, byte(uint64(n)>>i))
+	}
+	return h
+}
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h = fnvByte(h, s[i])
+	}
+	return h
+}
+
 // announceNesting adds a span event to the outermost layer span the first
 // time a retrying layer starts inside another retrying layer: the chain of
 // layers and the worst case of leaf calls it implies, before they happen.
@@ -236,24 +259,59 @@ func (f *frame) announceNesting() {
 	if !f.retries || f.depth == 0 && (f.innerName == "" || f.inner < 2 || f.maxAttempts <= f.inner) || f.root.span == nil {
 		return
 	}
-	h := fnv.New64a()
+	sum := uint64(fnvOffset)
 	for x := f; x != nil; x = x.parent {
 		if x.retries {
-			_, _ = io.WriteString(h, x.layer)
-			_, _ = h.Write([]byte{byte(x.maxAttempts), byte(x.maxAttempts >> 8), 0})
-			_, _ = io.WriteString(h, x.innerName)
+			// Everything the chain's words are made of (nestedChain).
+			sum = fnvString(sum, x.layer)
+			sum = fnvInt(sum, x.maxAttempts)
+			sum = fnvInt(sum, x.inner)
+			if x.perAttempt {
+				sum = fnvByte(sum, 1)
+			}
+			sum = fnvString(fnvByte(sum, 0), x.innerName)
 		}
 	}
-	sum := h.Sum64()
 	r := f.root
 	r.mu.Lock()
 	if slices.Contains(r.reported, sum) {
 		r.mu.Unlock()
 		return
 	}
+	if r.reported == nil {
+		r.reported = r.inline[:0]
+	}
 	r.reported = append(r.reported, sum)
 	r.mu.Unlock()
 
+	// A layer's chain is the same on every call its layers make, so it is
+	// worded once and kept on the layer for the calls after.
+	var nc *nestedChain
+	if f.announced != nil {
+		nc = f.announced.Load()
+	}
+	if nc == nil || nc.sum != sum {
+		nc = f.nestedChain(sum)
+		if f.announced != nil {
+			f.announced.Store(nc)
+		}
+	}
+	r.span.AddEvent(telemetry.EventNestedRetry, trace.WithAttributes(
+		telemetry.NestedLayers.String(nc.layers),
+		telemetry.CallsWorstCase.Int64(nc.worst),
+	))
+}
+
+// nestedChain is a chain of retrying layers as the nested-retry event
+// tells it: the layers outermost first with their attempts, and the worst
+// case of leaf calls they imply (-1 when a limit is unknown).
+type nestedChain struct {
+	sum    uint64 // its hash
+	layers string // "runtime(3) × session(3)"
+	worst  int64
+}
+
+func (f *frame) nestedChain(sum uint64) *nestedChain {
 	var chain []string
 	worst := int64(1)
 	for x := f; x != nil; x = x.parent {
@@ -283,10 +341,7 @@ func (f *frame) announceNesting() {
 		}
 	}
 	slices.Reverse(chain)
-	r.span.AddEvent(telemetry.EventNestedRetry, trace.WithAttributes(
-		telemetry.NestedLayers.String(strings.Join(chain, " × ")),
-		telemetry.CallsWorstCase.Int64(worst),
-	))
+	return &nestedChain{sum: sum, layers: strings.Join(chain, " × "), worst: worst}
 }
 
 // Attempt describes the attempt a handler runs in.

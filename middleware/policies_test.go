@@ -548,3 +548,42 @@ func TestCanceledBeforeTheFirstAttempt(t *testing.T) {
 	assert.Equal(t, "canceled", str(l, telemetry.Outcome))
 	assert.Equal(t, "canceled before the first attempt: context canceled", str(l, telemetry.Diagnosis))
 }
+
+// One layer beneath two chains: each root's nested-retry event tells its
+// own chain, though the layer keeps the last one it worded.
+func TestNestedChainPerRoot(t *testing.T) {
+	rec, tp := recorder(t)
+	opts := []middleware.Option{tp}
+	session := middleware.PoliciesWith[string, string]("session", opts,
+		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2, RetryUnknown: true}))(
+		func(context.Context, string) (string, error) { return "ok", nil })
+	outer := func(name string, attempts int) middleware.Handler[string, string] {
+		return middleware.PoliciesWith[string, string](name, opts,
+			policies.NewRetry[string](policies.RetryConfig{MaxAttempts: attempts}))(session)
+	}
+	runtime, agent := outer("runtime", 3), outer("agent", 5)
+	want := map[string]string{"runtime": "runtime(3) × session(2)", "agent": "agent(5) × session(2)"}
+	for range 2 {
+		for _, h := range []middleware.Handler[string, string]{runtime, agent} {
+			_, err := h(context.Background(), "x")
+			require.NoError(t, err)
+		}
+	}
+	for name, chain := range want {
+		roots := layerSpans(rec, name)
+		require.Len(t, roots, 2)
+		for _, r := range roots {
+			var told []string
+			for _, e := range r.Events() {
+				if e.Name == telemetry.EventNestedRetry {
+					for _, kv := range e.Attributes {
+						if kv.Key == telemetry.NestedLayers {
+							told = append(told, kv.Value.AsString())
+						}
+					}
+				}
+			}
+			assert.Equal(t, []string{chain}, told, "the chain %s's calls announce", name)
+		}
+	}
+}

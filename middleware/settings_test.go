@@ -158,6 +158,20 @@ func TestFailedAttemptSpansCarryTheReason(t *testing.T) {
 	require.Len(t, spans, 2)
 	assert.Equal(t, "http 503 overloaded_error", str(spans[0], telemetry.ErrorReason))
 	assert.Equal(t, "http 401 invalid_api_key", str(spans[1], telemetry.ErrorReason))
+	// The layer span says what the call ended as; the rule that decided is
+	// its attempts' to tell, each for its own failure.
+	layer := layerSpans(rec, "session")[0]
+	assert.Equal(t, "permanent", str(layer, telemetry.ErrorClass))
+	assert.Empty(t, str(layer, telemetry.ErrorReason), "the reason is on the attempt spans, not repeated on the layer's")
+
+	// A layer that narrates no attempts has only its own span to say it on.
+	rec2, tp2 := recorder(t)
+	leaf2, _ := counting(&policies.APIError{StatusCode: 401, Code: "invalid_api_key"})
+	_, err = middleware.PoliciesWith[string, string]("tool", []middleware.Option{tp2},
+		policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 5}))(leaf2)(context.Background(), "x")
+	require.Error(t, err)
+	require.Empty(t, attemptSpans(rec2, "tool"))
+	assert.Equal(t, "http 401 invalid_api_key", str(layerSpans(rec2, "tool")[0], telemetry.ErrorReason))
 }
 
 // A layer with no retry policy passes its handler's error through unchanged

@@ -295,6 +295,7 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 	var span trace.Span
 	if c.recording {
 		ctx, span = c.l.role.attempt(ctx, c, n)
+		c.narrated = c.narrated || span != nil
 		prev := c.aspan
 		c.aspan = span
 		defer func() { c.aspan = prev }()
@@ -325,6 +326,7 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 	}
 	if c.recording && c.l.retry.MaxAttempts > 1 {
 		ctx, c.aspan = c.l.role.attempt(ctx, c, n)
+		c.narrated = c.narrated || c.aspan != nil
 	}
 	return c.inner(ctx, c, c.req)
 }

@@ -159,7 +159,9 @@ func (set *phraseSet) find(lowered ...[]byte) (phrase, bool) {
 	for _, l := range lowered {
 		for i, c := range l {
 			for _, k := range set.byFirst[c] {
-				if bytes.HasPrefix(l[i:], set.ps[k].text) {
+				// The second byte first: it rules out nearly every
+				// candidate without a comparison of the whole phrase.
+				if t := set.ps[k].text; len(l)-i >= len(t) && (len(t) < 2 || l[i+1] == t[1]) && bytes.Equal(l[i:i+len(t)], t) {
 					found |= 1 << k
 				}
 			}

@@ -3,6 +3,8 @@ package policies
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"reflect"
@@ -245,11 +247,21 @@ var stdErrorPkgs = map[string]bool{
 var (
 	responseType = reflect.TypeFor[*http.Response]()
 	bytesType    = reflect.TypeFor[[]byte]()
+	// The types of errors.New's and fmt.Errorf's errors, the most common of
+	// all: known by their type alone, they cost no reflection at all.
+	textTypes = [...]reflect.Type{
+		reflect.TypeOf(errors.New("")),
+		reflect.TypeOf(fmt.Errorf("%w", errors.New(""))),
+		reflect.TypeOf(fmt.Errorf("%w %w", errors.New(""), errors.New(""))),
+	}
 )
 
 // apiShape decodes an SDK's error by its exported fields, or returns nil
 // when err has not the shape of a provider's answer (see AsAPIError).
 func apiShape(err error) *APIError {
+	if t := reflect.TypeOf(err); t == textTypes[0] || t == textTypes[1] || t == textTypes[2] {
+		return nil
+	}
 	v := reflect.ValueOf(err)
 	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
 		if v.IsNil() {

@@ -61,8 +61,8 @@ type FailedError struct {
 	Attempts int           // attempts made, the first included
 	Class    Class         // the last error's class
 	Type     string        // the last error's error.type
-	Reason   string        // the rule that classified it
-	Why      string        // why the layer stopped before its attempts ran out, if it did
+	Reason   string        // the rule that classified it (its Classification's Reason)
+	Detail   string        // the outcome in a clause, when it came before the attempts ran out: "the task's retry budget of 2 is spent"
 	Err      error         // the last attempt's error
 	retry    time.Duration // the last error's Retry-After hint
 	cause    error         // the context's cause, when the caller's context ended the call
@@ -126,6 +126,7 @@ func (e *FailedError) Diagnosis() string {
 
 func (e *FailedError) diagnose() string {
 	var b strings.Builder
+	b.Grow(diagnosisGrow)
 	bracket := func() {
 		if _, inner := errors.AsType[*FailedError](e.Err); !inner {
 			// The innermost layer says why; the layers above repeat its words.
@@ -153,13 +154,13 @@ func (e *FailedError) diagnose() string {
 		return b.String()
 	case OutcomeFailedExhausted:
 		b.WriteString("failed after ")
-		b.WriteString(plural(e.Attempts, "attempt"))
+		writeAttempts(&b, e.Attempts)
 	case OutcomeBudgetExhausted:
 		b.WriteString("retry budget exhausted after ")
-		b.WriteString(plural(e.Attempts, "attempt"))
+		writeAttempts(&b, e.Attempts)
 	case OutcomeRejected:
 		b.WriteString("rejected after ")
-		b.WriteString(plural(e.Attempts, "attempt"))
+		writeAttempts(&b, e.Attempts)
 	case OutcomeCanceled:
 		if e.Attempts == 0 {
 			b.WriteString("canceled before the first attempt")
@@ -170,19 +171,19 @@ func (e *FailedError) diagnose() string {
 			return b.String()
 		}
 		b.WriteString("canceled after ")
-		b.WriteString(plural(e.Attempts, "attempt"))
+		writeAttempts(&b, e.Attempts)
 	case OutcomeStepLimit:
 		b.WriteString("stopped at the step limit")
 		if e.Attempts > 0 {
 			b.WriteString(" after ")
-			b.WriteString(plural(e.Attempts, "attempt"))
+			writeAttempts(&b, e.Attempts)
 		}
 	default:
 		b.WriteString(string(e.Outcome))
 	}
-	if e.Why != "" {
+	if e.Detail != "" {
 		b.WriteString(" (")
-		b.WriteString(e.Why)
+		b.WriteString(e.Detail)
 		b.WriteString(")")
 	}
 	b.WriteString(": ")
@@ -190,11 +191,19 @@ func (e *FailedError) diagnose() string {
 	return b.String()
 }
 
-func plural(n int, what string) string {
+// diagnosisGrow is what a diagnosis's builder starts with: its words and
+// a short error's text fit, so that wording it allocates once.
+const diagnosisGrow = 128
+
+// writeAttempts writes "1 attempt" or "n attempts" to b.
+func writeAttempts(b *strings.Builder, n int) {
+	var num [20]byte
+	b.Write(strconv.AppendInt(num[:0], int64(n), 10))
 	if n == 1 {
-		return "1 " + what
+		b.WriteString(" attempt")
+		return
 	}
-	return strconv.Itoa(n) + " " + what + "s"
+	b.WriteString(" attempts")
 }
 
 // brief is err's text for a diagnosis: redacted (known values first), on

@@ -291,7 +291,7 @@ func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Clas
 	}
 	fe := &FailedError{
 		Layer: layer, Outcome: Outcome(rep.Outcome), Attempts: rep.Attempts, Class: class, Type: cls.Type,
-		Reason: cls.Reason, Why: rep.Why, Err: rep.Err, retry: cls.RetryAfter, cause: rep.Cause,
+		Reason: cls.Reason, Detail: rep.Why, Err: rep.Err, retry: cls.RetryAfter, cause: rep.Cause,
 		known: engine.SecretsFrom(ctx),
 	}
 	if fe.Err == nil {

@@ -47,7 +47,7 @@ func TestRejectedKeyReadsOnce(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(err.Error(), "permanently"), err.Error())
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, runtime.ReasonPermanent, ee.Reason)
+	assert.Equal(t, policies.OutcomeFailedPermanent, ee.Outcome)
 	assert.Equal(t, 1, strings.Count(ee.Diagnosis, "permanently"), ee.Diagnosis)
 	var api *policies.APIError
 	require.ErrorAs(t, err, &api)
@@ -69,7 +69,7 @@ func TestUnknownErrorIsNotPermanent(t *testing.T) {
 	assert.NotContains(t, err.Error(), "permanently")
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, runtime.ReasonExhausted, ee.Reason)
+	assert.Equal(t, policies.OutcomeFailedExhausted, ee.Outcome)
 	assert.Equal(t, policies.Unknown, ee.Attempts[0].Class)
 }
 
@@ -86,7 +86,7 @@ func TestWrappedFailureKeepsItsClass(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, runtime.ReasonCanceled, ee.Reason)
+	assert.Equal(t, policies.OutcomeCanceled, ee.Outcome)
 	assert.Equal(t, policies.Canceled, policies.Classify(err).Class)
 	assert.Equal(t, policies.Canceled, policies.Classify(fmt.Errorf("w: %w", err)).Class)
 }

@@ -80,11 +80,11 @@ func (r *Runtime) Exec(ctx context.Context, prompt string) (session.Message, err
 	if err == nil {
 		return msg, nil
 	}
-	reason, diag := ReasonPermanent, ""
+	outcome, diag := policies.OutcomeFailedPermanent, ""
 	if fe, ok := errors.AsType[*policies.FailedError](err); ok {
-		reason, diag = reasonOf(fe.Outcome), fe.Diagnosis()
+		outcome, diag = fe.Outcome, fe.Diagnosis()
 	}
-	return msg, &ExecError{Reason: reason, Attempts: rec.list(), Diagnosis: diag, Err: err}
+	return msg, &ExecError{Outcome: outcome, Attempts: rec.list(), Diagnosis: diag, Err: err}
 }
 
 type recorderKey struct{}
@@ -106,37 +106,6 @@ func (r *recorder) list() []Attempt {
 	return append([]Attempt(nil), r.attempts...)
 }
 
-// Reason is why Exec stopped.
-type Reason string
-
-const (
-	ReasonPermanent Reason = "permanent" // retrying cannot help: a permanent or programming error
-	ReasonFatal     Reason = "fatal"     // quota or billing: nothing in the task can succeed
-	ReasonUnknown   Reason = "unknown"   // no rule recognised the error, and it was not retried
-	ReasonExhausted Reason = "exhausted" // the attempts (or the time before the deadline) ran out
-	ReasonBudget    Reason = "budget"    // the task's retry budget refused a retry
-	ReasonCanceled  Reason = "canceled"  // the caller's context ended
-	ReasonRejected  Reason = "rejected"  // a circuit breaker or bulkhead refused the call
-)
-
-func reasonOf(o policies.Outcome) Reason {
-	switch o {
-	case policies.OutcomeFailedExhausted:
-		return ReasonExhausted
-	case policies.OutcomeBudgetExhausted:
-		return ReasonBudget
-	case policies.OutcomeCanceled:
-		return ReasonCanceled
-	case policies.OutcomeRejected:
-		return ReasonRejected
-	case policies.OutcomeFailedFatal:
-		return ReasonFatal
-	case policies.OutcomeFailedUnknown:
-		return ReasonUnknown
-	}
-	return ReasonPermanent
-}
-
 // Attempt is one failed attempt of an Exec.
 type Attempt struct {
 	N       int            // from 1
@@ -145,9 +114,12 @@ type Attempt struct {
 	Delay   time.Duration  // the backoff waited before it
 }
 
-// ExecError is a failed Exec: why it stopped, and every attempt it made.
+// ExecError is a failed Exec: how it ended, and every attempt it made.
 type ExecError struct {
-	Reason    Reason
+	// Outcome is the runtime layer's, as its span's retrace.outcome says:
+	// failed_permanent (also for a failure no layer judged), failed_fatal,
+	// failed_unknown, failed_exhausted, budget_exhausted, rejected, canceled.
+	Outcome   policies.Outcome
 	Attempts  []Attempt
 	Diagnosis string // the runtime layer's diagnosis, as on its span
 	Err       error  // the runtime layer's error, wrapping the last attempt's
@@ -157,24 +129,9 @@ func (e *ExecError) Error() string {
 	var b strings.Builder
 	n := len(e.Attempts)
 	if n == 0 {
-		return fmt.Sprintf("exec %s before its first attempt: %s", e.Reason, e.Diagnosis)
+		return fmt.Sprintf("exec %s before its first attempt: %s", e.ended(), e.Diagnosis)
 	}
-	switch e.Reason {
-	case ReasonPermanent:
-		fmt.Fprintf(&b, "exec failed permanently after %s: ", plural(n))
-	case ReasonExhausted:
-		fmt.Fprintf(&b, "exec failed after %s: ", plural(n))
-	case ReasonBudget:
-		fmt.Fprintf(&b, "exec stopped by the task's retry budget after %s: ", plural(n))
-	case ReasonCanceled:
-		fmt.Fprintf(&b, "exec canceled after %s: ", plural(n))
-	case ReasonFatal:
-		fmt.Fprintf(&b, "exec failed fatally after %s: ", plural(n))
-	case ReasonUnknown:
-		fmt.Fprintf(&b, "exec failed on an error no rule recognises after %s: ", plural(n))
-	default:
-		fmt.Fprintf(&b, "exec %s after %s: ", e.Reason, plural(n))
-	}
+	fmt.Fprintf(&b, "exec %s after %s: ", e.ended(), plural(n))
 	if n == 1 {
 		b.WriteString(orType(e.Attempts[0].Message))
 		return b.String()
@@ -189,6 +146,27 @@ func (e *ExecError) Error() string {
 }
 
 func (e *ExecError) Unwrap() error { return e.Err }
+
+// ended words the outcome for the error's text.
+func (e *ExecError) ended() string {
+	switch e.Outcome {
+	case policies.OutcomeFailedPermanent:
+		return "failed permanently"
+	case policies.OutcomeFailedExhausted:
+		return "failed"
+	case policies.OutcomeBudgetExhausted:
+		return "stopped by the task's retry budget"
+	case policies.OutcomeCanceled:
+		return "canceled"
+	case policies.OutcomeFailedFatal:
+		return "failed fatally"
+	case policies.OutcomeFailedUnknown:
+		return "failed on an error no rule recognises"
+	case policies.OutcomeRejected:
+		return "rejected"
+	}
+	return string(e.Outcome)
+}
 
 func orType(msg string) string {
 	if msg == "" {

@@ -48,7 +48,7 @@ func TestExecExhausted(t *testing.T) {
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 3, *calls)
-	assert.Equal(t, runtime.ReasonExhausted, ee.Reason)
+	assert.Equal(t, policies.OutcomeFailedExhausted, ee.Outcome)
 	assert.Equal(t, "exec failed after 3 attempts: [1] APIError: 503: Service unavailable; [2] APIError: 503: Service unavailable; [3] APIError: 503: Service unavailable", err.Error())
 	assert.Equal(t, []time.Duration{0, 1500 * time.Millisecond, 3 * time.Second}, []time.Duration{ee.Attempts[0].Delay, ee.Attempts[1].Delay, ee.Attempts[2].Delay})
 	assert.Equal(t, []time.Duration{1500 * time.Millisecond, 3 * time.Second}, clk.Slept(), "1.5 s and 3 s: the third attempt is the last, so no 6 s wait")
@@ -64,7 +64,7 @@ func TestExecPermanent(t *testing.T) {
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, *calls)
-	assert.Equal(t, runtime.ReasonPermanent, ee.Reason)
+	assert.Equal(t, policies.OutcomeFailedPermanent, ee.Outcome)
 	assert.Equal(t, "exec failed permanently after 1 attempt: Error: openai-codex: login expired", err.Error())
 	assert.Empty(t, clk.Slept())
 }
@@ -89,7 +89,7 @@ func TestExecPanicIsProgrammingError(t *testing.T) {
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, calls, "never retried")
-	assert.Equal(t, runtime.ReasonPermanent, ee.Reason)
+	assert.Equal(t, policies.OutcomeFailedPermanent, ee.Outcome)
 	require.Len(t, ee.Attempts, 1)
 	assert.Equal(t, policies.Programming, ee.Attempts[0].Class)
 	assert.Contains(t, ee.Attempts[0].Message, "assignment to entry in nil map")
@@ -123,7 +123,7 @@ func TestExecCanceled(t *testing.T) {
 	_, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(ctx, "go")
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, runtime.ReasonCanceled, ee.Reason)
+	assert.Equal(t, policies.OutcomeCanceled, ee.Outcome)
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -134,7 +134,7 @@ func TestExecBudget(t *testing.T) {
 	_, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(ctx, "go")
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, runtime.ReasonBudget, ee.Reason)
+	assert.Equal(t, policies.OutcomeBudgetExhausted, ee.Outcome)
 	assert.Equal(t, 2, *calls)
 	assert.ErrorIs(t, err, policies.ErrBudgetExhausted)
 }

@@ -145,7 +145,6 @@ type expectation struct {
 	outcome  policies.Outcome // of the root span
 	attempts int              // the runtime's attempts
 	delays   []time.Duration  // the runtime's waits before its attempts 2, 3
-	reason   runtime.Reason   // a failed call's ExecError.Reason
 	class    policies.Class   // a failed call's class
 	sleeps   []time.Duration  // every wait on the call's clock, in order
 }
@@ -174,10 +173,10 @@ func predict(seed uint64, i int, sessionRetry, runtimeRetry policies.RetryConfig
 			e.outcome = policies.OutcomeSuccessAfterRetry
 			return e
 		case last.kind == kind401:
-			e.outcome, e.reason, e.class = policies.OutcomeFailedPermanent, runtime.ReasonPermanent, policies.Permanent
+			e.outcome, e.class = policies.OutcomeFailedPermanent, policies.Permanent
 			return e
 		case k == runtimeRetry.MaxAttempts:
-			e.outcome, e.reason, e.class = policies.OutcomeFailedExhausted, runtime.ReasonExhausted, policies.Transient
+			e.outcome, e.class = policies.OutcomeFailedExhausted, policies.Transient
 			return e
 		}
 		d := wait(runtimeRetry, k, last)
@@ -439,8 +438,8 @@ func (s *soak) check(i int, msg session.Message, err error, slept []time.Duratio
 	switch {
 	case !ok:
 		s.problems.add("error is not an *ExecError", "call %d: %T %v", i, err, err)
-	case ee.Reason != want.reason:
-		s.problems.add("ExecError.Reason differs from the expected one", "call %d: %s, want %s: %v", i, ee.Reason, want.reason, err)
+	case ee.Outcome != want.outcome:
+		s.problems.add("ExecError.Outcome differs from the expected one", "call %d: %s, want %s: %v", i, ee.Outcome, want.outcome, err)
 	case len(ee.Attempts) != want.attempts:
 		s.problems.add("ExecError.Attempts differs from the expected one", "call %d: %d attempts, want %d: %v", i, len(ee.Attempts), want.attempts, err)
 	default:

@@ -14,7 +14,7 @@ const (
 	RetryDelayMs   = attribute.Key("retrace.retry.delay_ms")   // attempt span: the backoff waited before this attempt (absent on the first)
 	RetryDepth     = attribute.Key("retrace.retry.depth")      // layer span: retrying layers enclosing this one (0 = outermost)
 	ErrorClass     = attribute.Key("retrace.error.class")      // failed span: a policies.Class
-	ErrorReason    = attribute.Key("retrace.error.reason")     // failed span: the rule that classified the error ("http 429", "marker: invalid api key")
+	ErrorReason    = attribute.Key("retrace.error.reason")     // failed attempt span (a layer span when it has no attempt spans): the rule that classified the error ("http 429", "marker: invalid api key")
 	Outcome        = attribute.Key("retrace.outcome")          // layer span: a policies.Outcome (success, success_after_retry, failed_permanent, failed_fatal, failed_unknown, failed_exhausted, budget_exhausted, rejected, canceled, step_limit)
 	Diagnosis      = attribute.Key("retrace.diagnosis")        // failed retrying layer span: "failed after 3 attempts: …", "failed permanently: …"
 	Calls          = attribute.Key("retrace.calls")            // outermost layer span: leaf calls made beneath it
