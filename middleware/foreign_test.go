@@ -44,17 +44,7 @@ func TestWithinRetryNamesAnEnclosingLoop(t *testing.T) {
 	root := roots[0]
 	assert.EqualValues(t, 12, num(root, telemetry.Calls))
 	assert.EqualValues(t, 12, num(root, telemetry.CallsWorstCase))
-	var events []string
-	for _, e := range root.Events() {
-		if e.Name == telemetry.EventNestedRetry {
-			for _, kv := range e.Attributes {
-				if kv.Key == telemetry.NestedLayers {
-					events = append(events, kv.Value.AsString())
-				}
-			}
-		}
-	}
-	assert.Equal(t, []string{"eino.ModelRetry(3) × session(4)"}, events)
+	assert.Equal(t, []string{"eino.ModelRetry(3) × session(4)"}, nestedChains(root))
 	for _, s := range layerSpans(rec, "session") {
 		assert.EqualValues(t, 1, num(s, telemetry.RetryDepth))
 	}
