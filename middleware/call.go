@@ -228,8 +228,9 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 	if err != nil {
 		known := c.known()
 		if c.narrated {
-			// The attempt spans beneath say which rule decided, each for its
-			// own failure; the layer span says what the call ended as.
+			// The attempt spans beneath say which rule decided and what
+			// Retry-After the server gave, each for its own failure; the
+			// layer span says what the call ended as.
 			cls.Reason, cls.RetryAfter = "", 0
 		}
 		attrs = appendFailure(known, attrs, cls)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -44,7 +45,7 @@ func TestWithinRetryNamesAnEnclosingLoop(t *testing.T) {
 	root := roots[0]
 	assert.EqualValues(t, 12, num(root, telemetry.Calls))
 	assert.EqualValues(t, 12, num(root, telemetry.CallsWorstCase))
-	assert.Equal(t, []string{"eino.ModelRetry(3) × session(4)"}, nestedChains(root))
+	assert.Equal(t, []string{"eino.ModelRetry(3) × session(4)"}, retracetest.NestedChains(root))
 	for _, s := range layerSpans(rec, "session") {
 		assert.EqualValues(t, 1, num(s, telemetry.RetryDepth))
 	}

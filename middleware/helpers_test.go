@@ -48,22 +48,6 @@ func num(s sdktrace.ReadOnlySpan, key attribute.Key) int64 {
 	return v.AsInt64()
 }
 
-// nestedChains returns the chains the nested-retry events on s tell.
-func nestedChains(s sdktrace.ReadOnlySpan) []string {
-	var out []string
-	for _, e := range s.Events() {
-		if e.Name != telemetry.EventNestedRetry {
-			continue
-		}
-		for _, kv := range e.Attributes {
-			if kv.Key == telemetry.NestedLayers {
-				out = append(out, kv.Value.AsString())
-			}
-		}
-	}
-	return out
-}
-
 // layerSpans returns the layer spans of layer (those without an attempt or
 // policy attribute).
 func layerSpans(rec *tracetest.SpanRecorder, layer string) []sdktrace.ReadOnlySpan {

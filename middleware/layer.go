@@ -72,7 +72,8 @@ func Layer[Req, Resp any](name string, opts ...Option) Middleware[Req, Resp] {
 //     retrace.error.class, retrace.error.reason and error.type, and an error
 //     that a retry then fixed stays on its attempt span; a failed layer span
 //     has status Error, retrace.error.class and error.type, and the reason
-//     only when it narrates no attempts (its attempts' spans tell it);
+//     and Retry-After hint only when it narrates no attempts (its attempts'
+//     spans tell them);
 //   - inside each attempt, a circuit breaker, bulkhead or timeout that acts
 //     opens a span of its own around the inner handler ([WithPolicySpans]).
 //

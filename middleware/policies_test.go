@@ -19,6 +19,7 @@ import (
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -573,7 +574,7 @@ func TestNestedChainPerRoot(t *testing.T) {
 		roots := layerSpans(rec, name)
 		require.Len(t, roots, 2)
 		for _, r := range roots {
-			assert.Equal(t, []string{chain}, nestedChains(r), "the chain %s's calls announce", name)
+			assert.Equal(t, []string{chain}, retracetest.NestedChains(r), "the chain %s's calls announce", name)
 		}
 	}
 }

@@ -19,7 +19,27 @@ const (
 	keyOutcome   = attribute.Key("retrace.outcome")
 	keyDiagnosis = attribute.Key("retrace.diagnosis")
 	keyErrorType = attribute.Key("error.type")
+	keyNested    = attribute.Key("retrace.nested.layers")
+	eventNested  = "retrace.nested_retry"
 )
+
+// NestedChains returns the chains of retrying layers that the nested-retry
+// events on span tell, in the order they were added: "runtime(3) ×
+// session(4)". A root span announces each chain once, before its calls.
+func NestedChains(span sdktrace.ReadOnlySpan) []string {
+	var out []string
+	for _, e := range span.Events() {
+		if e.Name != eventNested {
+			continue
+		}
+		for _, kv := range e.Attributes {
+			if kv.Key == keyNested {
+				out = append(out, kv.Value.AsString())
+			}
+		}
+	}
+	return out
+}
 
 // Counts is what one trace says about itself: the leaf spans in it, and the
 // counts and ending its root span carries.

@@ -18,6 +18,7 @@ import (
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // tracedCalls makes n calls through a retrying layer around the real
@@ -160,4 +161,33 @@ func TestTraceCountsThroughABreaker(t *testing.T) {
 		}
 	}
 	assert.True(t, probe, "the probe ran beneath a half-open breaker's span")
+}
+
+// NestedChains reads the chain a real nested layer announces on its root,
+// under the names package telemetry gives the event and its attribute.
+func TestNestedChains(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	opts := []middleware.Option{middleware.WithTracerProvider(tp)}
+	h := middleware.Chain(
+		middleware.PoliciesWith[string, string]("runtime", opts, policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3})),
+		middleware.PoliciesWith[string, string]("session", opts, policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})),
+	)(func(context.Context, string) (string, error) { return "ok", nil })
+	_, err := h(context.Background(), "x")
+	require.NoError(t, err)
+	var root sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if !s.Parent().IsValid() {
+			root = s
+		}
+		if s.Parent().IsValid() {
+			assert.Empty(t, retracetest.NestedChains(s), "only the root announces")
+		}
+	}
+	require.NotNil(t, root)
+	assert.Equal(t, []string{"runtime(3) × session(4)"}, retracetest.NestedChains(root))
+	for _, e := range root.Events() {
+		assert.Equal(t, telemetry.EventNestedRetry, e.Name)
+		assert.Contains(t, e.Attributes, telemetry.NestedLayers.String("runtime(3) × session(4)"))
+	}
 }

@@ -209,7 +209,7 @@ func TestProviderOutage(t *testing.T) {
 	assert.Equal(t, 4, leafSpans(r.rec.Ended()))
 	assert.EqualValues(t, 4, num(root, telemetry.Calls))
 	assert.EqualValues(t, 20*4, num(root, telemetry.CallsWorstCase), "20 steps × session(4)")
-	assert.Empty(t, nestedEvents(root), "one retrying layer: nothing nested")
+	assert.Empty(t, retracetest.NestedChains(root), "one retrying layer: nothing nested")
 	assert.Equal(t, policies.Transient, fe.Class, "go-openai's APIError, classified by its shape")
 	assert.Contains(t, fe.Err.Error(), "status code: 503")
 	assertFailure(t, r.rec.Ended(), "transient", "server_error")
@@ -350,7 +350,7 @@ func TestModelRetryConfigMultipliesTheSession(t *testing.T) {
 	assert.Equal(t, 12, leafSpans(r.rec.Ended()))
 	assert.EqualValues(t, 12, num(root, telemetry.Calls))
 	assert.EqualValues(t, 20*12, num(root, telemetry.CallsWorstCase))
-	assert.Equal(t, []string{"eino.ModelRetry(3) × session(4)"}, nestedEvents(root))
+	assert.Equal(t, []string{"eino.ModelRetry(3) × session(4)"}, retracetest.NestedChains(root))
 	sessions := layerSpans(r.rec.Ended(), "session")
 	require.Len(t, sessions, 3)
 	for _, s := range sessions {
@@ -686,21 +686,6 @@ func layerSpans(spans []sdktrace.ReadOnlySpan, layer string) []sdktrace.ReadOnly
 		_, policy := lookup(s, telemetry.Policy)
 		if str(s, telemetry.Layer) == layer && !attempt && !policy {
 			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func nestedEvents(s sdktrace.ReadOnlySpan) []string {
-	var out []string
-	for _, e := range s.Events() {
-		if e.Name != telemetry.EventNestedRetry {
-			continue
-		}
-		for _, kv := range e.Attributes {
-			if kv.Key == telemetry.NestedLayers {
-				out = append(out, kv.Value.AsString())
-			}
 		}
 	}
 	return out

@@ -170,21 +170,6 @@ func attr(sp sdktrace.ReadOnlySpan, key string) (string, bool) {
 	return "", false
 }
 
-func (tr trace) nested() []string {
-	var out []string
-	for _, e := range tr.root.Events() {
-		if e.Name != telemetry.EventNestedRetry {
-			continue
-		}
-		for _, kv := range e.Attributes {
-			if kv.Key == telemetry.NestedLayers {
-				out = append(out, kv.Value.AsString())
-			}
-		}
-	}
-	return out
-}
-
 // checkCounts asserts provider requests = leaf HTTP spans, and retrace.calls
 // = all leaf spans.
 func checkCounts(t *testing.T, s *stack, tr trace, wantRequests int) {
@@ -212,7 +197,7 @@ func TestProviderOutage(t *testing.T) {
 	checkCounts(t, s, tr, 4)
 	worst, _ := attr(tr.root, string(telemetry.CallsWorstCase))
 	assert.Equal(t, "24", worst, "6 model calls (5 turns) × session(4)")
-	assert.Empty(t, tr.nested(), "one retrying layer: nothing nested")
+	assert.Empty(t, retracetest.NestedChains(tr.root), "one retrying layer: nothing nested")
 }
 
 // genkit's Retry listed after retrace runs inside retrace's model hook: each
@@ -226,7 +211,7 @@ func TestGenkitRetryInside(t *testing.T) {
 
 	tr := s.trace(t)
 	checkCounts(t, s, tr, 12)
-	assert.Equal(t, []string{"session(4) × genkit.Retry(3)"}, tr.nested())
+	assert.Equal(t, []string{"session(4) × genkit.Retry(3)"}, retracetest.NestedChains(tr.root))
 	worst, _ := attr(tr.root, string(telemetry.CallsWorstCase))
 	assert.Equal(t, "72", worst, "6 model calls × session(4) × genkit.Retry(3)")
 }
@@ -242,7 +227,7 @@ func TestGenkitRetryOutside(t *testing.T) {
 
 	tr := s.trace(t)
 	checkCounts(t, s, tr, 12)
-	assert.Equal(t, []string{"genkit.Retry(3) × session(4)"}, tr.nested())
+	assert.Equal(t, []string{"genkit.Retry(3) × session(4)"}, retracetest.NestedChains(tr.root))
 	worst, _ := attr(tr.root, string(telemetry.CallsWorstCase))
 	assert.Equal(t, "72", worst, "6 model calls × genkit.Retry(3) × session(4)")
 	sessions := 0
@@ -268,7 +253,7 @@ func TestSDKRetriesOfCompatOAI(t *testing.T) {
 
 	tr := s.trace(t)
 	checkCounts(t, s, tr, 12)
-	assert.Equal(t, []string{"session(4) × openai-go(3)"}, tr.nested())
+	assert.Equal(t, []string{"session(4) × openai-go(3)"}, retracetest.NestedChains(tr.root))
 	worst, _ := attr(tr.root, string(telemetry.CallsWorstCase))
 	assert.Equal(t, "72", worst, "6 model calls × session(4) × openai-go(3)")
 }
