@@ -175,8 +175,17 @@ func (l *layer[Req, Resp]) outcome(ctx context.Context, c *call[Req, Resp], err 
 		return policies.OutcomeRejected
 	case c.budgetOut, errors.Is(err, budget.ErrExceeded):
 		return policies.OutcomeBudgetExhausted
-	case l.foreignRetry && cls.Class == policies.Unknown:
+	case l.foreignRetry && (cls.Class == policies.Unknown || cls.Class == policies.Transient):
 		return policies.OutcomeFailedExhausted // failsafe-go's retry policy retries every error
+	}
+	if !l.retrying() {
+		// A layer that makes one attempt over a layer that gave up ends as
+		// that layer did: its outcome is carried up, not guessed again from
+		// the class (a session that ran out of attempts beneath an agent
+		// loop exhausted them; the loop did not fail once).
+		if fe, ok := errors.AsType[*policies.FailedError](err); ok && fe.Outcome.Failed() {
+			return fe.Outcome
+		}
 	}
 	return policies.Outcome(engine.StopOutcome(string(cls.Class)))
 }
@@ -220,6 +229,9 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 		attrs = append(attrs, telemetry.Calls.Int64(calls))
 		if n := c.root.untraced.Load(); n > 0 {
 			attrs = append(attrs, telemetry.CallsUntraced.Int64(n))
+		}
+		if n := c.root.uncounted.Load(); n > 0 {
+			attrs = append(attrs, telemetry.CallsUncounted.Int64(n))
 		}
 		if w := c.frame.worst(); w > 0 {
 			attrs = append(attrs, telemetry.CallsWorstCase.Int64(max(w, calls)))

@@ -45,14 +45,16 @@ func (g *genAI[Resp]) endAttributes(span trace.Span, known []string, resp Resp, 
 	for i, kv := range attrs {
 		switch kv.Value.Type() {
 		case attribute.STRING:
-			if v := kv.Value.AsString(); policies.Redact(v, known...) != v {
-				attrs[i] = kv.Key.String("[REDACTED]")
+			if v := kv.Value.AsString(); v != "" {
+				if r := policies.RedactValue(v, known...); r != v {
+					attrs[i] = kv.Key.String(r)
+				}
 			}
 		case attribute.STRINGSLICE:
 			vs, changed := kv.Value.AsStringSlice(), false
 			for j, v := range vs {
-				if policies.Redact(v, known...) != v {
-					vs[j], changed = "[REDACTED]", true
+				if r := policies.RedactValue(v, known...); r != v {
+					vs[j], changed = r, true
 				}
 			}
 			if changed {

@@ -35,8 +35,8 @@ type instruments struct {
 
 var allOutcomes = []policies.Outcome{
 	policies.OutcomeSuccess, policies.OutcomeSuccessAfterRetry, policies.OutcomeFailedPermanent,
-	policies.OutcomeFailedFatal, policies.OutcomeFailedUnknown, policies.OutcomeFailedExhausted,
-	policies.OutcomeBudgetExhausted, policies.OutcomeRejected, policies.OutcomeCanceled, policies.OutcomeStepLimit,
+	policies.OutcomeFailedFatal, policies.OutcomeFailedUnknown, policies.OutcomeFailedTransient,
+	policies.OutcomeFailedUserAction, policies.OutcomeFailedExhausted, policies.OutcomeRejected, policies.OutcomeCanceled, policies.OutcomeStepLimit,
 }
 
 func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instruments {

@@ -55,11 +55,14 @@ type frame struct {
 type root struct {
 	calls    atomic.Int64 // leaf calls: handler invocations with no layer beneath them
 	untraced atomic.Int64 // leaf calls whose span was not recorded while the root's was
-	span     trace.Span
-	mu       sync.Mutex
-	reported []uint64  // hashes of the nested chains already announced on the root span
-	inline   [2]uint64 // reported's first hashes, without an allocation
-	secrets  []string  // credentials a layer beneath saw (an SDK request's API key)
+	// uncounted are leaf calls retrace.calls does not count: unsent ones
+	// ([Unsent]) and those of a layer WithUncounted.
+	uncounted atomic.Int64
+	span      trace.Span
+	mu        sync.Mutex
+	reported  []uint64  // hashes of the nested chains already announced on the root span
+	inline    [2]uint64 // reported's first hashes, without an allocation
+	secrets   []string  // credentials a layer beneath saw (an SDK request's API key)
 }
 
 // learn adds credentials a layer beneath saw to those every layer of the

@@ -43,6 +43,9 @@ type config struct {
 	genai    bool
 	usage    any
 	policies []any // []failsafe.Policy[R] each, from WithPolicies, for Layer
+	// uncounted says why the layer's calls are leaves that retrace.calls
+	// does not count (WithUncounted), "" when they are counted.
+	uncounted string
 }
 
 func newConfig(opts []Option) config {
@@ -161,6 +164,17 @@ func WithEndAttributes[Resp any](f func(resp Resp, err error) []attribute.KeyVal
 // retrace.retry.depth or the nested-retry event.
 func WithSteps(n int) Option {
 	return optionFunc(func(c *config) { c.steps = n })
+}
+
+// WithUncounted makes every call of the layer a leaf that retrace.calls
+// does not count, for calls that are not the downstream's work: a session's
+// handshake (telemetry.UncountedHandshake), a one-way notification
+// (telemetry.UncountedNotification). Each such span says why
+// (retrace.uncounted), and the outermost layer span counts them apart
+// (retrace.calls.uncounted), so that retrace.calls stays the requests the
+// downstream served.
+func WithUncounted(reason string) Option {
+	return optionFunc(func(c *config) { c.uncounted = reason })
 }
 
 // AttemptEnd is how one attempt of a retrying layer ended.

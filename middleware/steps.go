@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"runtime/debug"
@@ -21,15 +22,28 @@ import (
 )
 
 // leafStep calls the handler. A call beneath which no other layer started
-// is a leaf call: it is counted on the outermost layer (retrace.calls).
+// is a leaf call: it is counted on the outermost layer (retrace.calls),
+// unless it reached nothing ([Unsent]) or its layer's calls are not the
+// downstream's work ([WithUncounted]): those the span says, and the
+// outermost layer counts apart.
 func leafStep[Req, Resp any](next Handler[Req, Resp]) step[Req, Resp] {
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		c.frame.nested.Store(false)
 		resp, err := callHandler(ctx, next, req)
 		if !c.frame.nested.Load() {
-			if c.recording || c.frame.root.span == nil {
+			why := c.l.cfg.uncounted
+			if err != nil && isUnsent(err) {
+				why = telemetry.UncountedUnsent
+			}
+			switch {
+			case why != "":
+				c.frame.root.uncounted.Add(1)
+				if c.recording {
+					c.current().SetAttributes(telemetry.Uncounted.String(why))
+				}
+			case c.recording || c.frame.root.span == nil:
 				c.frame.root.calls.Add(1)
-			} else {
+			default:
 				// The trace is recorded but this call's span is not (its
 				// layer's tracer provider samples nothing): retrace.calls
 				// counts what the trace shows, and the root says how many
@@ -39,6 +53,31 @@ func leafStep[Req, Resp any](next Handler[Req, Resp]) step[Req, Resp] {
 		}
 		return resp, err
 	}
+}
+
+// Unsent marks err, a handler's error, as that of a call that reached
+// nothing: the request was never written (its session had ended, its
+// connection was refused). The layer's span says so (retrace.uncounted =
+// unsent) and retrace.calls does not count it, so that the count stays the
+// requests the downstream received; a circuit breaker of the layer does
+// not count it either. Classification sees through it: err keeps its class.
+// A nil err stays nil.
+func Unsent(err error) error {
+	if err == nil || isUnsent(err) {
+		return err
+	}
+	return &unsentError{err: err}
+}
+
+// unsentError is an error [Unsent] marked.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+func isUnsent(err error) bool {
+	_, ok := errors.AsType[*unsentError](err)
+	return ok
 }
 
 // callHandler is the one place retrace recovers a handler's panics: a
@@ -114,7 +153,10 @@ func (l *layer[Req, Resp]) breakerStep(h breakerPolicy, next step[Req, Resp]) st
 		c.noteState(ctx, spanOr(span, c.current()), permit.State())
 		resp, err := next(ctx, c, req)
 		count := state.Success
-		if err != nil {
+		switch {
+		case err != nil && isUnsent(err):
+			count = state.Ignore // it reached nothing: the downstream did not fail it
+		case err != nil:
 			count = engine.CountOf(string(c.classifyFor(ctx, h, err).Class))
 		}
 		if serr := b.Record(permit, count, clk); serr != nil {

@@ -23,6 +23,11 @@ const (
 	// with outcome failed_unknown, never "permanently". It does not count
 	// against a breaker.
 	Unknown Class = "unknown"
+	// UserAction is a call that needs the user to act first (open a URL to
+	// authorize, consent): until they have, the identical call fails the
+	// same way; once they have, it may succeed. No layer retries it, and it
+	// does not count against a breaker: the downstream is not failing.
+	UserAction Class = "user_action"
 )
 
 // Retryable reports whether a retry of the identical call may succeed.

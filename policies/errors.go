@@ -22,14 +22,16 @@ type Outcome string
 const (
 	OutcomeSuccess           Outcome = "success"
 	OutcomeSuccessAfterRetry Outcome = "success_after_retry"
-	OutcomeFailedPermanent   Outcome = "failed_permanent" // not retried: the identical call fails identically
-	OutcomeFailedFatal       Outcome = "failed_fatal"     // not retried: quota or billing, nothing in the task can succeed
-	OutcomeFailedUnknown     Outcome = "failed_unknown"   // not retried: no rule recognised the error, and the layer does not retry unknown errors
-	OutcomeFailedExhausted   Outcome = "failed_exhausted" // retried until the attempts (or the deadline) ran out
-	OutcomeBudgetExhausted   Outcome = "budget_exhausted" // the task's retry budget refused a retry
-	OutcomeRejected          Outcome = "rejected"         // a breaker or bulkhead refused the call, or a circuit beneath stays open too long
-	OutcomeCanceled          Outcome = "canceled"         // the caller's context ended
-	OutcomeStepLimit         Outcome = "step_limit"       // an agent loop reached its MaxSteps: the last cost boundary
+	OutcomeFailedPermanent   Outcome = "failed_permanent"   // not retried: the identical call fails identically
+	OutcomeFailedFatal       Outcome = "failed_fatal"       // not retried: quota or billing, nothing in the task can succeed
+	OutcomeFailedUnknown     Outcome = "failed_unknown"     // not retried: no rule recognised the error, and the layer does not retry unknown errors
+	OutcomeFailedTransient   Outcome = "failed_transient"   // not retried here: a transient failure in a layer that makes one attempt (a layer above may retry it)
+	OutcomeFailedUserAction  Outcome = "failed_user_action" // not retried: the call needs the user to act first (open a URL), then it may succeed
+	OutcomeFailedExhausted   Outcome = "failed_exhausted"   // retried until the attempts (or the deadline) ran out
+	OutcomeBudgetExhausted   Outcome = "budget_exhausted"   // the task's retry budget refused a retry
+	OutcomeRejected          Outcome = "rejected"           // a breaker or bulkhead refused the call, or a circuit beneath stays open too long
+	OutcomeCanceled          Outcome = "canceled"           // the caller's context ended
+	OutcomeStepLimit         Outcome = "step_limit"         // an agent loop reached its MaxSteps: the last cost boundary
 )
 
 // OutcomeError is an error that says which outcome it ends a layer with,
@@ -151,6 +153,16 @@ func (e *FailedError) diagnose() string {
 	case OutcomeFailedUnknown:
 		b.WriteString("failed on an error no rule recognises, not retried: ")
 		b.WriteString(brief(e.Err, e.known...))
+		return b.String()
+	case OutcomeFailedTransient:
+		b.WriteString("failed once, not retried here: ")
+		b.WriteString(brief(e.Err, e.known...))
+		bracket()
+		return b.String()
+	case OutcomeFailedUserAction:
+		b.WriteString("failed until the user acts: ")
+		b.WriteString(brief(e.Err, e.known...))
+		bracket()
 		return b.String()
 	case OutcomeFailedExhausted:
 		b.WriteString("failed after ")

@@ -102,6 +102,17 @@ func Redact(s string, known ...string) string {
 	return sc.finish()
 }
 
+// RedactValue is an identifier a provider or a server gave (a model's name,
+// a response's ID) as retrace keeps it: itself, or "[REDACTED]" whole when
+// [Redact] would change it, for the rest of a value that held a secret names
+// nothing.
+func RedactValue(v string, known ...string) string {
+	if Redact(v, known...) != v {
+		return redacted
+	}
+	return v
+}
+
 // redacted replaces every secret.
 const redacted = "[REDACTED]"
 

@@ -59,8 +59,10 @@ func TestSurfaceIsSmall(t *testing.T) {
 	// 52, the fleet's State, MemoryState, NewMemoryState, WithSharedTaskBudget,
 	// RetryBudget{,Config}, NewRetryBudget, and the decoder of provider
 	// answers: APIErrorFrom, ErrorEventFrom, AsAPIError, and StreamError;
-	// Underlying, the one reading of the error beneath the layers.
-	assert.LessOrEqual(t, len(names), 64)
+	// Underlying, the one reading of the error beneath the layers; the
+	// class UserAction and its outcome, failed_transient, and RedactValue,
+	// the one rule for an identifier that may echo a secret.
+	assert.LessOrEqual(t, len(names), 68)
 	for _, banned := range []string{"Do", "Attempter", "Gate", "Decision", "Report", "Retrier", "NewRetrier",
 		"Diagnose", "Describe", "TransientPattern", "ClassifyContext"} {
 		assert.NotContains(t, names, banned)

@@ -17,6 +17,7 @@ const (
 	keyCalls     = attribute.Key("retrace.calls")
 	keyWorstCase = attribute.Key("retrace.calls.worst_case")
 	keyOutcome   = attribute.Key("retrace.outcome")
+	keyUncounted = attribute.Key("retrace.uncounted")
 	keyDiagnosis = attribute.Key("retrace.diagnosis")
 	keyErrorType = attribute.Key("error.type")
 	keyNested    = attribute.Key("retrace.nested.layers")
@@ -45,7 +46,7 @@ func NestedChains(span sdktrace.ReadOnlySpan) []string {
 // counts and ending its root span carries.
 type Counts struct {
 	TraceID   trace.TraceID
-	LeafSpans int    // layer and attempt spans beneath which no other started, but those a policy refused: calls that reached a downstream
+	LeafSpans int    // layer and attempt spans beneath which no other started, but those a policy refused and those retrace.calls does not count (retrace.uncounted): calls that reached a downstream
 	Calls     int64  // the root's retrace.calls
 	WorstCase int64  // the root's retrace.calls.worst_case; 0 when the root does not know it
 	Outcome   string // the root's retrace.outcome
@@ -91,7 +92,7 @@ func TraceCounts(spans []sdktrace.ReadOnlySpan) (Counts, error) {
 	}
 	c := Counts{TraceID: id}
 	for _, s := range spans {
-		if isLayer(s) && !parents[s.SpanContext().SpanID()] && !refused(s) {
+		if isLayer(s) && !parents[s.SpanContext().SpanID()] && !refused(s) && !has(s, keyUncounted) {
 			c.LeafSpans++
 		}
 	}

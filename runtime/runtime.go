@@ -118,7 +118,8 @@ type Attempt struct {
 type ExecError struct {
 	// Outcome is the runtime layer's, as its span's retrace.outcome says:
 	// failed_permanent (also for a failure no layer judged), failed_fatal,
-	// failed_unknown, failed_exhausted, budget_exhausted, rejected, canceled.
+	// failed_unknown, failed_user_action, failed_exhausted, budget_exhausted,
+	// rejected, canceled.
 	Outcome   policies.Outcome
 	Attempts  []Attempt
 	Diagnosis string // the runtime layer's diagnosis, as on its span
@@ -162,6 +163,10 @@ func (e *ExecError) ended() string {
 		return "failed fatally"
 	case policies.OutcomeFailedUnknown:
 		return "failed on an error no rule recognises"
+	case policies.OutcomeFailedTransient:
+		return "failed once, not retried"
+	case policies.OutcomeFailedUserAction:
+		return "stopped until the user acts"
 	case policies.OutcomeRejected:
 		return "rejected"
 	}

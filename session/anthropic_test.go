@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -503,4 +504,46 @@ func TestAnthropicGarbledToolArguments(t *testing.T) {
 	res := search.Invoke(context.Background(), msg.ToolCalls[0].Arguments)
 	require.NotNil(t, res.Failure)
 	assert.Contains(t, res.Failure.Hint, "the arguments were not valid")
+}
+
+// A key the provider echoes in its answer's model and ID reaches neither
+// the message returned nor the history that the next request and a
+// checkpoint carry: the whole value is written as [REDACTED], as on the
+// spans.
+func TestAnthropicEchoedKeyStaysOutOfTheHistory(t *testing.T) {
+	const key = "Zq7xW2.tenant.91" // in no shape a pattern knows: only its exact value can redact it
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range [][2]string{
+			{"message_start", `{"type":"message_start","message":{"id":"msg_` + key + `","type":"message","role":"assistant","model":"` + key + `","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":3,"output_tokens":0}}}`},
+			{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hello"}}`},
+			{"content_block_stop", `{"type":"content_block_stop","index":0}`},
+			{"message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":1}}`},
+			{"message_stop", `{"type":"message_stop"}`},
+		} {
+			_, _ = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev[0], ev[1])
+		}
+	}))
+	tr := &http.Transport{}
+	t.Cleanup(func() {
+		srv.Close()
+		tr.CloseIdleConnections()
+	})
+	p := session.NewAnthropic(session.AnthropicConfig{BaseURL: srv.URL, APIKey: key, HTTPClient: &http.Client{Transport: tr}})
+	s, err := session.New(session.Config{Provider: p, Model: "claude-test", Options: []middleware.Option{middleware.WithClock(clock.NewVirtual(epoch))}})
+	require.NoError(t, err)
+
+	msg, err := s.Run(context.Background(), "hi")
+	require.NoError(t, err)
+	assert.Equal(t, "hello", msg.Content)
+	assert.Equal(t, "[REDACTED]", msg.Model)
+	assert.Equal(t, "[REDACTED]", msg.ResponseID)
+	for _, m := range s.History() {
+		assert.NotContains(t, m.Model, key)
+		assert.NotContains(t, m.ResponseID, key)
+	}
+	b, err := json.Marshal(s.History())
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), key, "what a checkpoint of the history would hold")
 }

@@ -123,6 +123,8 @@ func (f CandidateFailure) String() string {
 		verb = "was canceled"
 	case f.Outcome == policies.OutcomeFailedUnknown:
 		verb = "failed on an error no rule recognises"
+	case f.Outcome == policies.OutcomeFailedUserAction:
+		verb = "needs the user to act first"
 	case f.Class == policies.Programming:
 		verb = "failed on a bug"
 	default:

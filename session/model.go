@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 )
@@ -44,6 +45,11 @@ func (s *Session) streamer(p Provider) middleware.Handler[Request, Message] {
 		if msg.FirstChunk == 0 {
 			msg.FirstChunk = first
 		}
+		// The answer's model and ID are the provider's words, which may
+		// echo the call's credentials: the message is what the history,
+		// the next request and a checkpoint carry.
+		known := engine.SecretsFrom(ctx)
+		msg.Model, msg.ResponseID = policies.RedactValue(msg.Model, known...), policies.RedactValue(msg.ResponseID, known...)
 		return msg, nil
 	}
 }

@@ -15,11 +15,13 @@ const (
 	RetryDepth     = attribute.Key("retrace.retry.depth")      // layer span: retrying layers enclosing this one (0 = outermost)
 	ErrorClass     = attribute.Key("retrace.error.class")      // failed span: a policies.Class
 	ErrorReason    = attribute.Key("retrace.error.reason")     // failed attempt span (a layer span when it has no attempt spans): the rule that classified the error ("http 429", "marker: invalid api key")
-	Outcome        = attribute.Key("retrace.outcome")          // layer span: a policies.Outcome (success, success_after_retry, failed_permanent, failed_fatal, failed_unknown, failed_exhausted, budget_exhausted, rejected, canceled, step_limit)
+	Outcome        = attribute.Key("retrace.outcome")          // layer span: a policies.Outcome (success, success_after_retry, failed_permanent, failed_fatal, failed_unknown, failed_transient, failed_user_action, failed_exhausted, budget_exhausted, rejected, canceled, step_limit)
 	Diagnosis      = attribute.Key("retrace.diagnosis")        // failed retrying layer span: "failed after 3 attempts: …", "failed permanently: …"
 	Calls          = attribute.Key("retrace.calls")            // outermost layer span: leaf calls made beneath it
 	CallsWorstCase = attribute.Key("retrace.calls.worst_case") // outermost layer span and nested-retry event: the most leaf calls the layers beneath could make (max attempts × the costliest attempt; a loop's MaxSteps × its costliest step), never below retrace.calls
 	CallsUntraced  = attribute.Key("retrace.calls.untraced")   // outermost layer span, when not zero: leaf calls made beneath it whose spans were not recorded (their layer's tracer provider records nothing), which retrace.calls does not count
+	CallsUncounted = attribute.Key("retrace.calls.uncounted")  // outermost layer span, when not zero: leaf calls made beneath it that retrace.calls does not count, each span saying why (retrace.uncounted)
+	Uncounted      = attribute.Key("retrace.uncounted")        // leaf span that retrace.calls does not count, and why: unsent (it reached nothing: its session had ended, its connection was refused), handshake (a session's set-up: server/discover, initialize), notification (a one-way message)
 	// ConversationCompacted is on the chat span: true when the call was
 	// made with a history compacted after a context overflow.
 	ConversationCompacted = attribute.Key("retrace.conversation.compacted")
@@ -44,6 +46,13 @@ const (
 	PolicyCircuitBreaker = "circuit_breaker"
 	PolicyBulkhead       = "bulkhead"
 	PolicyTimeout        = "timeout"
+)
+
+// The values of retrace.uncounted.
+const (
+	UncountedUnsent       = "unsent"
+	UncountedHandshake    = "handshake"
+	UncountedNotification = "notification"
 )
 
 // The values of retrace.circuit.state.

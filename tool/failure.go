@@ -90,6 +90,8 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 		f.Hint = fmt.Sprintf("the arguments were not valid for %s: fix them and call it again", name)
 	case cls.Class == policies.Fatal:
 		f.Hint = fmt.Sprintf("%s cannot be used for the rest of this task%s: do not call it again; tell the user", name, what)
+	case cls.Class == policies.UserAction:
+		f.Hint = fmt.Sprintf("%s needs the user to act first%s: ask the user to do what the message says (open its link), then call %s again with the same arguments", name, what, name)
 	case cls.Class == policies.ContextOverflow:
 		f.Hint = fmt.Sprintf("the request to %s is too large: shorten the arguments", name)
 	case cls.Class == policies.Programming:

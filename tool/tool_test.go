@@ -182,6 +182,23 @@ func TestFatalAndPermanent(t *testing.T) {
 	assert.Equal(t, "no such file", f.Message)
 }
 
+// A call that needs the user first is not retried, and the model is told to
+// ask the user, then call again with the same arguments.
+func TestUserActionTellsTheModelToAskTheUser(t *testing.T) {
+	calls := 0
+	auth := tool.New("calendar", func(context.Context, query) (string, error) {
+		calls++
+		return "", &policies.Error{Class: policies.UserAction, Type: "-32042",
+			Err: errors.New("authorization required: open https://auth.example/consent")}
+	}, tool.Config{Clock: clock.NewVirtual(epoch)})
+	f := failureOf(t, auth.Invoke(context.Background(), `{}`).Content)
+	assert.Equal(t, 1, calls, "not retried")
+	assert.Equal(t, "user_action", f.Class)
+	assert.False(t, f.Retryable)
+	assert.Equal(t, "authorization required: open https://auth.example/consent", f.Message)
+	assert.Equal(t, "calendar needs the user to act first (-32042): ask the user to do what the message says (open its link), then call calendar again with the same arguments", f.Hint)
+}
+
 func TestBudgetExhaustedTellsTheModel(t *testing.T) {
 	clk := clock.NewVirtual(epoch)
 	d := &docs{clk: clk, until: epoch.Add(time.Hour)}

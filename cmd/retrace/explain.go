@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,6 +120,9 @@ type Analysis struct {
 	Calls     int64 `json:"calls"`
 	LeafSpans int   `json:"leaf_spans"`
 	WorstCase int64 `json:"worst_case"`
+	// Uncounted are the leaf spans that retrace.calls does not count, by
+	// why (retrace.uncounted: unsent, handshake, notification).
+	Uncounted map[string]int `json:"uncounted,omitempty"`
 	// Nested are the retrying layers, outermost first, of the longest chain
 	// the trace announced; Product is their worst case.
 	Nested  []NestedLayer `json:"nested,omitempty"`
@@ -284,6 +289,11 @@ func analyze(f *forest) (*Analysis, error) {
 		switch {
 		case leaf && n.refused():
 			a.refuse(n, refusals)
+		case leaf && n.has(telemetry.Uncounted):
+			if a.Uncounted == nil {
+				a.Uncounted = map[string]int{}
+			}
+			a.Uncounted[n.str(telemetry.Uncounted)]++
 		case leaf:
 			a.LeafSpans++
 			calling += n.s.EndTime().Sub(n.s.StartTime())
@@ -599,6 +609,9 @@ func (a *Analysis) write(w io.Writer) error {
 	}
 	if refused > 0 {
 		fmt.Fprintf(&b, "; %s refused, calling nothing", plural(refused, "call"))
+	}
+	for _, why := range slices.Sorted(maps.Keys(a.Uncounted)) {
+		fmt.Fprintf(&b, "; %d %s, not counted", a.Uncounted[why], why)
 	}
 	b.WriteString(")")
 	var hidden []string

@@ -12,6 +12,7 @@ const (
 	Programming     = "programming"
 	Canceled        = "canceled"
 	Unknown         = "unknown"
+	UserAction      = "user_action"
 )
 
 // The outcomes of a call through a layer (policies.Outcome).
@@ -21,6 +22,8 @@ const (
 	OutcomeFailedPermanent   = "failed_permanent"
 	OutcomeFailedFatal       = "failed_fatal"
 	OutcomeFailedUnknown     = "failed_unknown"
+	OutcomeFailedTransient   = "failed_transient"
+	OutcomeFailedUserAction  = "failed_user_action"
 	OutcomeFailedExhausted   = "failed_exhausted"
 	OutcomeBudgetExhausted   = "budget_exhausted"
 	OutcomeRejected          = "rejected"
@@ -30,7 +33,8 @@ const (
 
 // StopOutcome is the outcome of a call that stops on an error of class,
 // without retrying it: what the class says retrying could not fix. A
-// Transient error that is not retried ran out of attempts.
+// Transient error that is not retried exhausted nothing: the layer makes
+// one attempt, and a layer above may retry it.
 func StopOutcome(class string) string {
 	switch class {
 	case Fatal:
@@ -40,7 +44,9 @@ func StopOutcome(class string) string {
 	case Canceled:
 		return OutcomeCanceled
 	case Transient:
-		return OutcomeFailedExhausted
+		return OutcomeFailedTransient
+	case UserAction:
+		return OutcomeFailedUserAction
 	}
 	return OutcomeFailedPermanent
 }
@@ -50,7 +56,7 @@ func CountOf(class string) state.Count {
 	switch class {
 	case Transient:
 		return state.Fail
-	case Canceled, Programming, Unknown:
+	case Canceled, Programming, Unknown, UserAction:
 		return state.Ignore
 	}
 	return state.Success
