@@ -108,7 +108,7 @@ const (
 	GenAIAgentName        = semconv.GenAIAgentNameKey       // agent span: the agent's name, when the loop has one
 
 	HTTPMethod     = semconv.HTTPRequestMethodKey      // request span: GET, POST, …
-	HTTPStatusCode = semconv.HTTPResponseStatusCodeKey // request span: the response's status
+	HTTPStatusCode = semconv.HTTPResponseStatusCodeKey // request span: the response's status; MCP client span over Streamable HTTP: an error status
 	URLFull        = semconv.URLFullKey                // request span: the request URL, without secrets
 	ServerAddress  = semconv.ServerAddressKey          // request and chat spans: the host called
 	ServerPort     = semconv.ServerPortKey             // request and chat spans: the port called, the scheme's default included

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -37,19 +39,29 @@ func (e *ToolFailure) Error() string { return e.Text }
 // ErrorType is the conventions' error.type of a tool's failed answer.
 func (e *ToolFailure) ErrorType() string { return telemetry.ErrorTypeToolError }
 
-// RPCError is a request the server answered with a JSON-RPC error.
+// RPCError is a request the server answered with a JSON-RPC error, or a
+// tool's failed result that words one ("MCP error -32602: Tool x not
+// found", as the TypeScript SDK answers an unknown tool).
 type RPCError struct {
 	Method  string
 	Code    int64
 	Message string // the server's words
-	Err     error  // the SDK's error
+	// URLs are, for -32042 (URL elicitation required), the links the user
+	// must open, each with what the server says of it, before the same
+	// request can succeed.
+	URLs []string
+	Err  error // the SDK's error, or the tool's failure
 }
 
 func (e *RPCError) Error() string {
-	if e.Message == "" {
-		return "JSON-RPC error " + strconv.FormatInt(e.Code, 10)
+	msg := e.Message
+	if msg == "" {
+		msg = "JSON-RPC error " + strconv.FormatInt(e.Code, 10)
 	}
-	return e.Message
+	if len(e.URLs) > 0 {
+		msg += " The user must open " + strings.Join(e.URLs, "; and ")
+	}
+	return msg
 }
 
 func (e *RPCError) Unwrap() error { return e.Err }
@@ -86,7 +98,8 @@ func (e *ClosedError) ErrorType() string {
 	return "connection_closed"
 }
 
-// closed classifies a request that found, or left, its session ended.
+// closed classifies a request that found, or left, its session ended: a
+// restart may cure it when one was asked for, nothing else can.
 func closed(err error, malformed, restartable bool) error {
 	e := &ClosedError{Malformed: malformed, Err: err}
 	class := policies.Fatal
@@ -129,10 +142,26 @@ func classifyErr(ctx context.Context, method string, err error, n *note, restart
 		}
 		return err
 	}
+	if ended := n.sessionEnded(); ended != nil {
+		// The transport saw the session end beneath the request (over
+		// Streamable HTTP: its answer's stream cut, its resumption or the
+		// session's standalone stream refused), which the SDK words as a
+		// stream's trouble.
+		return closed(fmt.Errorf("%w (%w)", err, ended), false, restartable)
+	}
+	if lost := n.undelivered(); lost != nil && !handshake(method) {
+		// Nothing took the request: no one listens where the session's
+		// server was, or its process's pipe is closed. A handshake that
+		// finds no server is a server not (yet) there: its own error says so.
+		return closed(err, false, restartable)
+	}
 	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
 		return closed(err, false, restartable)
 	}
 	if w := serverAnswer(err); w != nil {
+		if sessionGone(w, n) {
+			return closed(err, false, restartable)
+		}
 		return rpcError(method, w, err)
 	}
 	if n.malformedAnswer() {
@@ -153,10 +182,55 @@ func classifyErr(ctx context.Context, method string, err error, n *note, restart
 	if api := n.httpError(); api != nil {
 		// An HTTP error status the SDK names only by its text: the status,
 		// code and Retry-After as retrace reads a provider's.
-		return &httpError{api: api, err: err}
+		he := &httpError{api: api, err: err}
+		if api.StatusCode == http.StatusRequestEntityTooLarge {
+			// The request is more than the server takes: its arguments,
+			// not a model's context. Smaller arguments may pass.
+			return &policies.Error{Class: policies.Permanent, Type: TypeRequestTooLarge, Err: he}
+		}
+		return he
 	}
 	return err
 }
+
+// TypeRequestTooLarge is the error.type of a request an MCP server refused
+// as too large (HTTP 413): its arguments are more than the server takes.
+const TypeRequestTooLarge = "request_too_large"
+
+// sessionGone reports whether a JSON-RPC error answer says the session the
+// request named is unknown to the server: 400 or 404 with a server error
+// about the session, as a TypeScript server that keeps its sessions in a
+// map answers once it has lost them (a restart), where the specification
+// asks for 404, which the SDK reads itself.
+func sessionGone(w *jsonrpc.Error, n *note) bool {
+	api := n.httpError()
+	if api == nil || api.StatusCode != http.StatusBadRequest && api.StatusCode != http.StatusNotFound || w.Code != codeServerError {
+		return false
+	}
+	n.mu.Lock()
+	session := n.session
+	n.mu.Unlock()
+	return session != "" && strings.Contains(strings.ToLower(w.Message), "session")
+}
+
+// codeServerError is JSON-RPC's generic server error.
+const codeServerError = -32000
+
+// handshake reports whether method is part of a session's set-up.
+func handshake(method string) bool {
+	switch method {
+	case methodInitialize, methodDiscover, methodInitialized:
+		return true
+	}
+	return false
+}
+
+// The methods of a session's set-up.
+const (
+	methodInitialize  = "initialize"
+	methodDiscover    = "server/discover"
+	methodInitialized = "notifications/initialized"
+)
 
 // known reports whether err is already one classify made.
 func known(err error) bool {
@@ -211,7 +285,31 @@ func failureOf(tool string, r *mcp.CallToolResult) error {
 		// before the tool ran: the model can fix them and call again.
 		return &policies.Error{Class: policies.Permanent, Type: "invalid_arguments", Err: f}
 	}
+	if code, msg, ok := wordedRPCError(f.Text); ok {
+		// The TypeScript SDK answers the request's own errors (an unknown
+		// tool) as a failed result in the words of its JSON-RPC error: they
+		// mean what the error would.
+		return rpcError(telemetry.MCPMethodToolsCall, &jsonrpc.Error{Code: code, Message: msg}, f)
+	}
 	return f
+}
+
+// wordedRPCError reads a failed result's text that words a JSON-RPC error
+// as the TypeScript SDK does: "MCP error -32602: Tool x not found".
+func wordedRPCError(text string) (code int64, msg string, ok bool) {
+	rest, found := strings.CutPrefix(text, "MCP error ")
+	if !found {
+		return 0, "", false
+	}
+	num, msg, found := strings.Cut(rest, ": ")
+	if !found {
+		return 0, "", false
+	}
+	code, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || code > -32000 || code < -32768 {
+		return 0, "", false // not a code JSON-RPC reserves
+	}
+	return code, msg, true
 }
 
 // argumentsRefused reports whether a failed result's text is an SDK's
@@ -247,7 +345,8 @@ func metaClass(meta mcp.Meta) (policies.Classification, bool) {
 	}
 	class := policies.Class(w.Class)
 	switch class {
-	case policies.Transient, policies.Permanent, policies.Fatal, policies.ContextOverflow, policies.Programming, policies.Unknown:
+	case policies.Transient, policies.Permanent, policies.Fatal, policies.ContextOverflow, policies.Programming, policies.Unknown,
+		policies.UserAction:
 	default:
 		return policies.Classification{}, false
 	}
@@ -333,14 +432,20 @@ func rpcError(method string, w *jsonrpc.Error, err error) error {
 	switch w.Code {
 	case jsonrpc.CodeInvalidParams:
 		// A tools/call's params are the tool's name and the model's
-		// arguments: an unknown tool is a call that cannot be made
-		// (Programming), other invalid params are arguments the model can
-		// change (Permanent). Any other method's params are retrace's.
+		// arguments: an unknown (or disabled) tool is a call that cannot
+		// be made (Programming), other invalid params are arguments the
+		// model can change (Permanent). Any other method's params are
+		// retrace's.
 		class = policies.Programming
-		if method == telemetry.MCPMethodToolsCall && !strings.HasPrefix(strings.ToLower(w.Message), "unknown tool") &&
-			!strings.Contains(strings.ToLower(w.Message), "not found") {
+		if method == telemetry.MCPMethodToolsCall && !unknownTool(w.Message) {
 			class = policies.Permanent
 		}
+	case mcp.CodeURLElicitationRequired:
+		// The user must open a link (to authorize, to consent); then the
+		// same request can succeed. Retrying before that fails the same
+		// way; the model is told to ask the user, with the link.
+		e.URLs = elicitationURLs(w.Data)
+		return &policies.Error{Class: policies.UserAction, Type: e.ErrorType(), Err: e}
 	case jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest, jsonrpc.CodeMethodNotFound,
 		mcp.CodeHeaderMismatch, mcp.CodeMissingRequiredClientCapabilities, mcp.CodeUnsupportedProtocolVersion:
 		// The request was wrong: an unknown tool or method, params the
@@ -349,12 +454,47 @@ func rpcError(method string, w *jsonrpc.Error, err error) error {
 	case jsonrpc.CodeInternalError:
 		// The server failed, as an HTTP 500 says: a later call may not.
 		class = policies.Transient
-	case mcp.CodeResourceNotFound, mcp.CodeURLElicitationRequired:
+	case mcp.CodeResourceNotFound:
 		class = policies.Permanent
 	default:
 		return e
 	}
 	return &policies.Error{Class: class, Type: e.ErrorType(), Err: e}
+}
+
+// unknownTool reports whether an invalid-params error's words say the tool
+// does not exist or is disabled, in the Go SDK's ("unknown tool \"x\"") or
+// the TypeScript SDK's ("Tool x not found", "Tool x disabled") words.
+func unknownTool(msg string) bool {
+	m := strings.ToLower(msg)
+	return strings.HasPrefix(m, "unknown tool") || strings.Contains(m, "not found") ||
+		strings.HasPrefix(m, "tool ") && strings.HasSuffix(m, " disabled")
+}
+
+// elicitationURLs are the links of a -32042 error's URL elicitations, each
+// with what the server says of it.
+func elicitationURLs(data json.RawMessage) []string {
+	var d struct {
+		Elicitations []struct {
+			URL     string `json:"url"`
+			Message string `json:"message"`
+		} `json:"elicitations"`
+	}
+	if len(data) == 0 || json.Unmarshal(data, &d) != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range d.Elicitations {
+		if e.URL == "" {
+			continue
+		}
+		u := e.URL
+		if e.Message != "" {
+			u += " (" + e.Message + ")"
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // causedError is an error the SDK returned because the attempt's context

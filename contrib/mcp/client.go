@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,10 +70,11 @@ type Client struct {
 	breakers policies.State
 	metrics  *clientMetrics
 
-	mu     sync.Mutex
-	layers map[layerKey]middleware.Handler[*request, mcp.Result]
-	tools  map[toolKey]*tool.Tool      // the governed tools of calls made directly on a session
-	open   map[*mcp.ClientSession]bool // the sessions whose duration is being measured
+	mu        sync.Mutex
+	installed map[*mcp.Client]bool // the clients Connect installed the middleware on
+	layers    map[layerKey]middleware.Handler[*request, mcp.Result]
+	tools     map[toolKey]*tool.Tool      // the governed tools of calls made directly on a session
+	open      map[*mcp.ClientSession]bool // the sessions whose duration is being measured
 	// watching are the goroutines that await the end of those sessions.
 	watching sync.WaitGroup
 }
@@ -92,12 +94,13 @@ func New(cfg Config) *Client {
 		st = cfg.Tool.Breaker.State
 	}
 	return &Client{
-		cfg:      cfg,
-		breakers: st,
-		metrics:  newClientMetrics(mp),
-		layers:   map[layerKey]middleware.Handler[*request, mcp.Result]{},
-		tools:    map[toolKey]*tool.Tool{},
-		open:     map[*mcp.ClientSession]bool{},
+		cfg:       cfg,
+		breakers:  st,
+		metrics:   newClientMetrics(mp),
+		installed: map[*mcp.Client]bool{},
+		layers:    map[layerKey]middleware.Handler[*request, mcp.Result]{},
+		tools:     map[toolKey]*tool.Tool{},
+		open:      map[*mcp.ClientSession]bool{},
 	}
 }
 
@@ -119,6 +122,11 @@ func New(cfg Config) *Client {
 func (c *Client) Middleware() mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if ctx.Value(sendingKey{c}) != nil {
+				// Installed twice on one client: the outer one has it.
+				return next(ctx, method, req)
+			}
+			ctx = context.WithValue(ctx, sendingKey{c}, true)
 			ctx = policies.WithSecrets(ctx, c.cfg.Secrets...)
 			r := &request{method: method, req: req, next: next}
 			c.watchSession(method, req)
@@ -126,6 +134,12 @@ func (c *Client) Middleware() mcp.Middleware {
 				return c.govern(ctx, r)
 			}
 			res, err := c.send(ctx, r)
+			if r.declined != nil {
+				// The server declined to be discovered: the SDK falls back
+				// to initialize on this error, which the span does not call
+				// a failure.
+				return nil, r.declined
+			}
 			if failed, ok := errors.AsType[*ToolFailure](err); ok && failed.Result != nil {
 				// isError is an answer: the SDK's caller reads it as one.
 				return failed.Result, nil
@@ -133,6 +147,29 @@ func (c *Client) Middleware() mcp.Middleware {
 			return res, err
 		}
 	}
+}
+
+// sendingKey marks a request the Client's middleware is sending.
+type sendingKey struct{ c *Client }
+
+// Connect connects client to a server over t with its requests under
+// retrace: it installs [Client.Middleware] on client (once per client,
+// however many sessions it connects; one installed by hand is not doubled)
+// and wraps t ([Client.Transport]), so that request ids, the network and a
+// server's death over HTTP are seen. It is the one call to make in a
+// [Client.Start] function:
+//
+//	srv, err := rc.Start(ctx, func(ctx context.Context) (*mcp.ClientSession, error) {
+//		return rc.Connect(ctx, client, &mcp.StreamableClientTransport{Endpoint: url}, nil)
+//	})
+func (c *Client) Connect(ctx context.Context, client *mcp.Client, t mcp.Transport, opts *mcp.ClientSessionOptions) (*mcp.ClientSession, error) {
+	c.mu.Lock()
+	if !c.installed[client] {
+		c.installed[client] = true
+		client.AddSendingMiddleware(c.Middleware())
+	}
+	c.mu.Unlock()
+	return client.Connect(ctx, c.Transport(t), opts)
 }
 
 // inToolLayer reports whether ctx is an attempt of a retrace tool layer:
@@ -150,6 +187,10 @@ type request struct {
 	// result is the answer of the last attempt, set by send: a tool's
 	// isError answer reaches the SDK's caller although the layer failed.
 	result mcp.Result
+	// declined is a server's refusal of server/discover, which is version
+	// negotiation, not a failure: the span ends well and the SDK, given
+	// the error, falls back to initialize.
+	declined error
 }
 
 // restartKey marks the calls of a [Server] that restarts its session.
@@ -197,6 +238,15 @@ func (c *Client) layer(method, tool string) middleware.Handler[*request, mcp.Res
 	}
 	opts := append(append([]middleware.Option{}, c.cfg.Options...),
 		middleware.WithSpanName(name), middleware.WithSpanKind(trace.SpanKindClient), middleware.WithAttributes(kv...))
+	switch {
+	case handshake(method):
+		// A session's set-up is no call of the server's work: under a
+		// restart it happens inside a tool's attempt, and is not counted
+		// as a call of that tool.
+		opts = append(opts, middleware.WithUncounted(telemetry.UncountedHandshake))
+	case strings.HasPrefix(method, "notifications/"):
+		opts = append(opts, middleware.WithUncounted(telemetry.UncountedNotification))
+	}
 	h := middleware.PoliciesWith[*request, mcp.Result](telemetry.LayerMCP, opts)(c.exchange)
 	c.layers[k] = h
 	return h
@@ -205,18 +255,42 @@ func (c *Client) layer(method, tool string) middleware.Handler[*request, mcp.Res
 // exchange is a request span's handler: the request's trace context in its
 // params._meta, the SDK's send, and what the answer means.
 func (c *Client) exchange(ctx context.Context, r *request) (mcp.Result, error) {
-	n := &note{span: trace.SpanFromContext(ctx)}
-	ctx = context.WithValue(ctx, noteKey{}, n)
-	inject(ctx, c.cfg.Propagator, r.req.GetParams())
+	// The transport may end the request's wait (its answer can never
+	// come); only the caller's context is the caller's end.
+	sctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	n := &note{span: trace.SpanFromContext(ctx), cancel: stop}
+	sctx = context.WithValue(sctx, noteKey{}, n)
+	inject(sctx, c.cfg.Propagator, r.req.GetParams())
 	start := time.Now()
-	res, err := r.next(ctx, r.method, r.req)
+	res, err := r.next(sctx, r.method, r.req)
 	err = redact(classify(ctx, r, res, err, n), c.cfg.Secrets)
 	if e, ok := errors.AsType[*RPCError](err); ok && n.span.IsRecording() {
 		n.span.SetAttributes(telemetry.RPCResponseStatusCode.String(e.ErrorType()))
 	}
+	if err != nil && r.method == methodDiscover && declinedDiscovery(err, n) {
+		r.declined, err = err, nil
+	}
+	if err != nil && (n.undelivered() != nil || errors.Is(err, mcp.ErrConnectionClosed)) {
+		// Nothing was written: the SDK refused it on a closed session, or
+		// the transport found no one to take it.
+		err = middleware.Unsent(err)
+	}
 	r.result = res
 	c.metrics.operation(ctx, time.Since(start), r, n, err)
 	return res, err
+}
+
+// declinedDiscovery reports whether err is a server's answer to
+// server/discover (a JSON-RPC error, or an HTTP status the server chose),
+// by which a server of an earlier protocol version says it does not know
+// the method: the client then initializes, as the protocol asks.
+func declinedDiscovery(err error, n *note) bool {
+	if _, ok := errors.AsType[*RPCError](err); ok {
+		return true
+	}
+	api := n.httpError()
+	return api != nil && api.StatusCode >= 400 && api.StatusCode < 500
 }
 
 // govern runs a tools/call made outside any tool layer through its tool's

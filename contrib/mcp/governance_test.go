@@ -77,7 +77,8 @@ func TestCrashRestartedWhenAskedFor(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	tools, err := srv.Tools(context.Background())
 	require.NoError(t, err)
-	before := len(log.requests("tools/call", "")) + len(log.requests("server/discover", ""))
+	before := len(log.requests("tools/call", ""))
+	discovers := len(log.requests("server/discover", "")) + len(log.requests("initialize", ""))
 
 	var res tool.Result
 	spans := r.task(t, context.Background(), func(ctx context.Context) { res = toolNamed(t, tools, "crash").Invoke(ctx, `{}`) })
@@ -97,14 +98,25 @@ func TestCrashRestartedWhenAskedFor(t *testing.T) {
 	assert.Equal(t, "transient", attr(attempts[0], "retrace.error.class"))
 	assert.Equal(t, "connection_closed", attr(attempts[0], "error.type"))
 
-	// Every request of the task, the new session's discovery too, reached
-	// one of the two processes, and is a leaf.
+	// The tools/call requests of the task reached one of the two
+	// processes, and are the leaves retrace.calls counts; the restart's
+	// handshake reached the new one, and is counted apart.
 	counts, err := retracetest.TraceCounts(spans)
 	require.NoError(t, err)
-	after := len(log.requests("tools/call", "")) + len(log.requests("server/discover", ""))
-	assert.Equal(t, after-before, counts.LeafSpans)
-	assert.Equal(t, int64(counts.LeafSpans), counts.Calls)
-	assert.Equal(t, 3, counts.LeafSpans, "the crashed call, the restart's server/discover, the call again")
+	calls := len(log.requests("tools/call", "")) - before
+	assert.Equal(t, 2, calls, "the crashed call, the call again")
+	assert.Equal(t, calls, counts.LeafSpans)
+	assert.Equal(t, int64(calls), counts.Calls)
+	handshakes := 0
+	for _, s := range spans {
+		if attr(s, "retrace.uncounted") == "handshake" {
+			handshakes++
+			assert.Equal(t, "success", attr(s, "retrace.outcome"), s.Name())
+		}
+	}
+	assert.Equal(t, len(log.requests("server/discover", ""))+len(log.requests("initialize", ""))-discovers, handshakes,
+		"the restart's handshake: a span per request the new process received")
+	assert.Equal(t, int64(handshakes), rootInt(spans, "retrace.calls.uncounted"))
 }
 
 // A tools/call made directly on the session, outside any tool layer, is

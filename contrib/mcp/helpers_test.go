@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/retrace-go/retrace/contrib/mcp/internal/faultserver"
 )
@@ -261,4 +262,19 @@ func lines(b []byte) []string {
 		}
 	}
 	return out
+}
+
+// rootInt is an integer attribute of the trace's root span, 0 when absent.
+func rootInt(spans []sdktrace.ReadOnlySpan, key string) int64 {
+	for _, s := range spans {
+		if s.Parent().IsValid() {
+			continue
+		}
+		for _, kv := range s.Attributes() {
+			if string(kv.Key) == key {
+				return kv.Value.AsInt64()
+			}
+		}
+	}
+	return 0
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/tool"
 )
@@ -86,12 +87,13 @@ func (s *Server) session(ctx context.Context) (*mcp.ClientSession, error) {
 	defer s.mu.Unlock()
 	switch {
 	case s.cs == nil:
-		return nil, closed(fmt.Errorf("%w: the server was closed", mcp.ErrConnectionClosed), false, false)
+		return nil, middleware.Unsent(closed(fmt.Errorf("%w: the server was closed", mcp.ErrConnectionClosed), false, false))
 	case s.ended == nil:
 		return s.cs, nil
 	case s.start == nil:
-		// Nothing is sent: the session cannot carry it.
-		return nil, closed(s.ended, false, false)
+		// Nothing is sent: the session cannot carry it, and the call is
+		// no request of the server's.
+		return nil, middleware.Unsent(closed(s.ended, false, false))
 	}
 	_ = s.cs.Close() // what is left of it: its process, its goroutines
 	cs, err := s.start(context.WithoutCancel(ctx))

@@ -40,10 +40,6 @@ var notEmittedByTheDemo = map[string]string{
 	"network.protocol.name":    "only over Streamable HTTP; the demo's MCP server runs over stdio",
 	"network.protocol.version": "only over Streamable HTTP; the demo's MCP server runs over stdio",
 	"rpc.response.status_code": "only on an MCP request answered with a JSON-RPC error; the demo's tool answers isError",
-	// Every call the demo makes reaches its server, and the MCP session's
-	// handshake happens before the traced runs.
-	"retrace.uncounted":       "only on a leaf that retrace.calls does not count: an unsent call, an MCP handshake or notification",
-	"retrace.calls.uncounted": "only on a root above such leaves",
 }
 
 // keySeen is where a key was first seen, for the failure messages.
