@@ -142,11 +142,12 @@ func classifyErr(ctx context.Context, method string, err error, n *note, restart
 		}
 		return err
 	}
-	if ended := n.sessionEnded(); ended != nil {
+	if ended := n.sessionEnded(); ended != nil && !handshake(method) {
 		// The transport saw the session end beneath the request (over
-		// Streamable HTTP: its answer's stream cut, its resumption or the
-		// session's standalone stream refused), which the SDK words as a
-		// stream's trouble.
+		// Streamable HTTP: its connection broke, its answer's stream was
+		// cut, its resumption or the session's standalone stream refused),
+		// which the SDK words as a stream's trouble. A handshake's failure
+		// is a server not (yet) there: its own error says so.
 		return closed(fmt.Errorf("%w (%w)", err, ended), false, restartable)
 	}
 	if lost := n.undelivered(); lost != nil && !handshake(method) {
@@ -157,6 +158,12 @@ func classifyErr(ctx context.Context, method string, err error, n *note, restart
 	}
 	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, mcp.ErrSessionMissing) {
 		return closed(err, false, restartable)
+	}
+	if api := n.httpError(); api != nil && api.StatusCode == http.StatusRequestEntityTooLarge {
+		// The request is more than the server takes, whatever its body
+		// says: its arguments, not a model's context. Smaller arguments
+		// may pass.
+		return &policies.Error{Class: policies.Permanent, Type: TypeRequestTooLarge, Err: &httpError{api: api, err: err}}
 	}
 	if w := serverAnswer(err); w != nil {
 		if sessionGone(w, n) {
@@ -182,13 +189,7 @@ func classifyErr(ctx context.Context, method string, err error, n *note, restart
 	if api := n.httpError(); api != nil {
 		// An HTTP error status the SDK names only by its text: the status,
 		// code and Retry-After as retrace reads a provider's.
-		he := &httpError{api: api, err: err}
-		if api.StatusCode == http.StatusRequestEntityTooLarge {
-			// The request is more than the server takes: its arguments,
-			// not a model's context. Smaller arguments may pass.
-			return &policies.Error{Class: policies.Permanent, Type: TypeRequestTooLarge, Err: he}
-		}
-		return he
+		return &httpError{api: api, err: err}
 	}
 	return err
 }

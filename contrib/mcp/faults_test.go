@@ -125,7 +125,6 @@ type fault struct {
 	outcome  string // the task's tool layer's retrace.outcome
 	errType  string // error.type on the tool layer, "" for a success
 	requests int    // tools/call requests the server received
-	leaves   int    // leaf spans (= retrace.calls); 0 → requests
 	hint     string // a part of the hint the model reads
 	// during runs while the call is under way (a hang's timeout).
 	during func(t *testing.T, r *rig, c *child)
@@ -156,6 +155,13 @@ func advanceOnHang(n int) func(t *testing.T, r *rig, c *child) {
 
 var faults = []fault{
 	{name: "answers", tool: "echo", args: `{"text":"runbook"}`, outcome: "success", requests: 1},
+	{name: "a 70 KiB argument", tool: "echo", args: `{"text":"` + strings.Repeat("x", 70<<10) + `"}`, outcome: "success", requests: 1},
+	// Over HTTP the server takes at most faultserver.MaxBody: more is its
+	// refusal of the arguments (413), which smaller ones may pass, not a
+	// model's context overflowing.
+	{name: "an argument over the server's body limit", tool: "echo", args: `{"text":"` + strings.Repeat("x", faultserver.MaxBody) + `"}`, only: overHTTP,
+		class: "permanent", outcome: "failed_permanent", errType: "request_too_large", requests: 1,
+		hint: "echo cannot do this request (request_too_large)"},
 	{name: "fails twice, then answers", tool: "flaky", args: `{"text":"runbook"}`, outcome: "success_after_retry", requests: 3},
 	{name: "429 rate_limit_error (classified by the server)", tool: "search_docs", args: `{"query":"429"}`,
 		class: "transient", outcome: "failed_exhausted", errType: "rate_limit_error", requests: 3, hint: "search_docs failed 3 times (rate_limit_error): try again later, or use another tool"},
@@ -211,12 +217,8 @@ func TestFaults(t *testing.T) {
 				counts, err := retracetest.TraceCounts(spans)
 				require.NoError(t, err)
 				requests := len(c.log.requests("tools/call", f.tool))
-				leaves := f.leaves
-				if leaves == 0 {
-					leaves = f.requests
-				}
 				assert.Equal(t, f.requests, requests, "requests the server received")
-				assert.Equal(t, leaves, counts.LeafSpans, "leaf spans")
+				assert.Equal(t, requests, counts.LeafSpans, "leaf spans = requests the server received")
 				assert.Equal(t, int64(counts.LeafSpans), counts.Calls, "retrace.calls = leaf spans")
 				assert.GreaterOrEqual(t, counts.WorstCase, counts.Calls)
 
@@ -235,6 +237,10 @@ func TestFaults(t *testing.T) {
 				// Each request a CLIENT span beneath the tool's attempt,
 				// with the conventions' attributes, of the same failure.
 				for _, s := range spansNamed(spans, "tools/call "+f.tool) {
+					assert.NotEmpty(t, attr(s, "jsonrpc.request.id"), "the request's id, whatever the size of its body")
+					if attr(s, "error.type") != "" {
+						assert.NotEqual(t, "failed_exhausted", attr(s, "retrace.outcome"), "a request is one attempt: it exhausted nothing")
+					}
 					assert.Equal(t, "tools/call", attr(s, "mcp.method.name"))
 					assert.Equal(t, f.tool, attr(s, "gen_ai.tool.name"))
 					assert.Equal(t, "execute_tool", attr(s, "gen_ai.operation.name"))

@@ -330,9 +330,16 @@ func (rt *roundTripper) post(req *http.Request, n *note) (*http.Response, error)
 	n.mu.Unlock()
 	resp, err := rt.base.RoundTrip(req)
 	kv := append([]attribute.KeyValue(nil), rt.kv...)
-	if err != nil && refused(err) {
+	switch {
+	case err == nil, req.Context().Err() != nil:
+	case refused(err):
 		// No connection, so no byte of the request reached a server.
 		n.lose(err)
+	default:
+		// The connection broke before the server answered (its process
+		// died, it was reset): as the pipe's end over stdio, the session
+		// ended with it.
+		n.end(fmt.Errorf("the request's connection broke: %w", err), false)
 	}
 	if resp != nil {
 		v := strconv.Itoa(resp.ProtoMajor)

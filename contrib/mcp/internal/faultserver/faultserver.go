@@ -7,6 +7,7 @@
 package faultserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,7 +17,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -100,7 +100,7 @@ func Run(ctx context.Context, args []string, stdin io.ReadCloser, stdout io.Writ
 		return err
 	}
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
-	hs := &http.Server{Handler: s.garbageOverHTTP(h)}
+	hs := &http.Server{Handler: s.httpFront(h)}
 	url := "http://" + ln.Addr().String() + "/mcp"
 	s.log.write(Event{Event: "listening", URL: url})
 	go func() {
@@ -227,32 +227,55 @@ func (s *server) addTools(srv *mcp.Server) {
 		})
 }
 
-// garbageOverHTTP answers a call of the garbage tool over HTTP with a body
-// that is not JSON-RPC, before the SDK's handler sees it.
-func (s *server) garbageOverHTTP(h http.Handler) http.Handler {
+// MaxBody is the largest request body the server takes over HTTP, as a
+// server behind a body limit does: a larger one is refused with 413.
+const MaxBody = 256 << 10
+
+// httpFront is what the server does over HTTP before the SDK's handler sees
+// a request: a body over MaxBody is refused (413) with a JSON-RPC error, a
+// call of the garbage tool is answered with a body that is not JSON-RPC.
+// Both are requests the server received, and are logged.
+func (s *server) httpFront(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.Body != nil {
-			body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			body, err := io.ReadAll(r.Body)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return
 			}
 			var msg struct {
-				Method string `json:"method"`
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
 				Params struct {
 					Name string `json:"name"`
 				} `json:"params"`
 			}
-			if json.Unmarshal(body, &msg) == nil && msg.Method == "tools/call" && msg.Params.Name == "garbage" {
+			parsed := json.Unmarshal(body, &msg) == nil
+			switch {
+			case len(body) > MaxBody:
+				s.log.write(Event{Event: "request", Method: msg.Method, Tool: msg.Params.Name, N: s.requests.Add(1)})
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusRequestEntityTooLarge)
+				_, _ = fmt.Fprintf(w, `{"jsonrpc": "2.0", "id": %s, "error": {"code": -32600, "message": "request body of %d bytes is over the limit of %d"}}`,
+					orNull(msg.ID), len(body), MaxBody)
+				return
+			case parsed && msg.Method == "tools/call" && msg.Params.Name == "garbage":
 				s.log.write(Event{Event: "request", Method: msg.Method, Tool: msg.Params.Name, N: s.requests.Add(1)})
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = io.WriteString(w, `{"jsonrpc": "2.0", "id": this is not JSON`)
 				return
 			}
-			r.Body = io.NopCloser(strings.NewReader(string(body)))
+			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+func orNull(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return "null"
+	}
+	return string(raw)
 }
 
 func text(s string) *mcp.CallToolResult {
