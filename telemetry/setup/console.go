@@ -137,7 +137,7 @@ func line(s sdktrace.ReadOnlySpan) string {
 		}
 		parts = append(parts, o)
 	}
-	for _, k := range []attribute.Key{telemetry.Calls, telemetry.CallsWorstCase, telemetry.CircuitState, telemetry.BudgetLeft} {
+	for _, k := range []attribute.Key{telemetry.Calls, telemetry.CallsUncounted, telemetry.CallsWorstCase, telemetry.Uncounted, telemetry.CircuitState, telemetry.BudgetLeft} {
 		if v, ok := attrs[k]; ok {
 			name := strings.TrimPrefix(string(k), "retrace.")
 			parts = append(parts, name+"="+v.String())

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
+	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/telemetry/setup"
 )
 
@@ -87,6 +88,26 @@ func TestConsoleTree(t *testing.T) {
 	assert.Regexp(t, `^trace [0-9a-f]{32}$`, lines[0])
 	assert.Regexp(t, `^runtime  `, lines[1])
 	assert.Regexp(t, `^└─ runtime attempt  `, lines[2])
+}
+
+// A leaf that retrace.calls does not count says why in the tree, and the
+// root how many there were.
+func TestConsoleTreeSaysWhatIsNotCounted(t *testing.T) {
+	var out bytes.Buffer
+	tp, shutdown, err := setup.NewTracerProvider(context.Background(), setup.WithEnv(env()), setup.WithConsole(&out))
+	require.NoError(t, err)
+	tr := tp.Tracer("t")
+	ctx, root := tr.Start(context.Background(), "task")
+	_, child := tr.Start(ctx, "initialize")
+	child.SetAttributes(telemetry.Uncounted.String(telemetry.UncountedHandshake))
+	child.End()
+	root.SetAttributes(telemetry.Calls.Int(0), telemetry.CallsUncounted.Int(1))
+	root.End()
+	require.NoError(t, shutdown(context.Background()))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3)
+	assert.Contains(t, lines[1], "calls=0  calls.uncounted=1")
+	assert.Contains(t, lines[2], "uncounted=handshake")
 }
 
 // collector is an OTLP gRPC trace receiver on 127.0.0.1.
