@@ -122,11 +122,13 @@ func New(cfg Config) *Client {
 func (c *Client) Middleware() mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-			if ctx.Value(sendingKey{c}) != nil {
-				// Installed twice on one client: the outer one has it.
+			if ctx.Value(sendingKey{c}) == req {
+				// Installed twice on one client: the outer one has this
+				// request. (A request the SDK sends with its context, such
+				// as a cancellation, is another request.)
 				return next(ctx, method, req)
 			}
-			ctx = context.WithValue(ctx, sendingKey{c}, true)
+			ctx = context.WithValue(ctx, sendingKey{c}, req)
 			ctx = policies.WithSecrets(ctx, c.cfg.Secrets...)
 			r := &request{method: method, req: req, next: next}
 			c.watchSession(method, req)
@@ -149,7 +151,7 @@ func (c *Client) Middleware() mcp.Middleware {
 	}
 }
 
-// sendingKey marks a request the Client's middleware is sending.
+// sendingKey marks the request the Client's middleware is sending.
 type sendingKey struct{ c *Client }
 
 // Connect connects client to a server over t with its requests under

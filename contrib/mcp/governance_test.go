@@ -390,3 +390,37 @@ func TestConcurrentCalls(t *testing.T) {
 		})
 	}
 }
+
+// Client.Connect installs the middleware once per client, however many
+// sessions it connects, and not again over one installed by hand: each
+// request is one span.
+func TestConnectInstallsOnce(t *testing.T) {
+	r := newRig(t, retracemcp.Config{})
+	r.client.AddSendingMiddleware(r.rc.Middleware()) // by hand, besides newRig's own: installed twice
+	var sessions []*mcp.ClientSession
+	var children []*child
+	for range 2 {
+		cmd, c := serverCommand(t, serverOpts{})
+		cs, err := r.rc.Connect(context.Background(), r.client, &mcp.CommandTransport{Command: cmd}, nil)
+		require.NoError(t, err)
+		sessions, children = append(sessions, cs), append(children, c)
+	}
+	spans := r.task(t, context.Background(), func(ctx context.Context) {
+		for _, cs := range sessions {
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+			assert.NoError(t, err)
+		}
+	})
+	for i, cs := range sessions {
+		children[i].finish(cs)
+		assert.Len(t, children[i].log.requests("tools/call", "echo"), 1)
+	}
+	assert.Len(t, spansNamed(spans, "tools/call echo"), 2, "a span per request, not one per installation")
+	assert.Len(t, spansNamed(spans, "execute_tool echo"), 2)
+	counts, err := retracetest.TraceCounts(spans)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), counts.Calls)
+	for _, s := range spansNamed(spans, "tools/call echo") {
+		assert.NotEmpty(t, attr(s, "jsonrpc.request.id"), "the transport Connect wrapped")
+	}
+}
