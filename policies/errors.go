@@ -139,31 +139,17 @@ func (e *FailedError) diagnose() string {
 			b.WriteString("]")
 		}
 	}
+	if words := stopWords(e.Outcome); words != "" {
+		// A stop on the error's class: the words, the error, and, from the
+		// innermost layer, the rule; no rule recognised an unknown one.
+		b.WriteString(words)
+		b.WriteString(brief(e.Err, e.known...))
+		if e.Outcome != OutcomeFailedUnknown {
+			bracket()
+		}
+		return b.String()
+	}
 	switch e.Outcome {
-	case OutcomeFailedPermanent:
-		b.WriteString("failed permanently: ")
-		b.WriteString(brief(e.Err, e.known...))
-		bracket()
-		return b.String()
-	case OutcomeFailedFatal:
-		b.WriteString("failed fatally, nothing in this task can succeed: ")
-		b.WriteString(brief(e.Err, e.known...))
-		bracket()
-		return b.String()
-	case OutcomeFailedUnknown:
-		b.WriteString("failed on an error no rule recognises, not retried: ")
-		b.WriteString(brief(e.Err, e.known...))
-		return b.String()
-	case OutcomeFailedTransient:
-		b.WriteString("failed once, not retried here: ")
-		b.WriteString(brief(e.Err, e.known...))
-		bracket()
-		return b.String()
-	case OutcomeFailedUserAction:
-		b.WriteString("failed until the user acts: ")
-		b.WriteString(brief(e.Err, e.known...))
-		bracket()
-		return b.String()
 	case OutcomeFailedExhausted:
 		b.WriteString("failed after ")
 		writeAttempts(&b, e.Attempts)
@@ -201,6 +187,24 @@ func (e *FailedError) diagnose() string {
 	b.WriteString(": ")
 	b.WriteString(brief(e.Err, e.known...))
 	return b.String()
+}
+
+// stopWords are the words of a diagnosis of a call that stopped on its
+// error's class, without running out of anything; "" for another outcome.
+func stopWords(o Outcome) string {
+	switch o {
+	case OutcomeFailedPermanent:
+		return "failed permanently: "
+	case OutcomeFailedFatal:
+		return "failed fatally, nothing in this task can succeed: "
+	case OutcomeFailedUnknown:
+		return "failed on an error no rule recognises, not retried: "
+	case OutcomeFailedTransient:
+		return "failed once, not retried here: "
+	case OutcomeFailedUserAction:
+		return "failed until the user acts: "
+	}
+	return ""
 }
 
 // diagnosisGrow is what a diagnosis's builder starts with: its words and

@@ -429,7 +429,7 @@ func schemaMap(schema any) map[string]any {
 // (initialize, or server/discover): it ends when the session does, whoever
 // closed it.
 func (c *Client) watchSession(method string, req mcp.Request) {
-	if method != "initialize" && method != "server/discover" {
+	if method != methodInitialize && method != methodDiscover {
 		return
 	}
 	cs, _ := req.GetSession().(*mcp.ClientSession)

@@ -50,14 +50,8 @@ func newServerLog() *serverLog { return &serverLog{changed: make(chan struct{})}
 func (l *serverLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(l.buf[:i])
-		l.buf = l.buf[i+1:]
+	eachLine(&l.buf, p, func(b []byte) {
+		line := string(b)
 		var ev faultserver.Event
 		if json.Unmarshal([]byte(line), &ev) == nil && ev.Event != "" {
 			l.events = append(l.events, ev)
@@ -66,8 +60,22 @@ func (l *serverLog) Write(p []byte) (int, error) {
 		} else {
 			l.other = append(l.other, line)
 		}
-	}
+	})
 	return len(p), nil
+}
+
+// eachLine appends p to buf and hands each whole line buf then holds to
+// line, without its newline, keeping the rest.
+func eachLine(buf *[]byte, p []byte, line func([]byte)) {
+	*buf = append(*buf, p...)
+	for {
+		i := bytes.IndexByte(*buf, '\n')
+		if i < 0 {
+			return
+		}
+		line((*buf)[:i])
+		*buf = (*buf)[i+1:]
+	}
 }
 
 // await waits for the server to have told what ok looks for, and returns

@@ -159,15 +159,7 @@ func (p *countingPipe) Write(b []byte) (int, error) {
 	n, err := p.w.Write(b)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.line = append(p.line, b[:n]...)
-	for {
-		i := bytes.IndexByte(p.line, '\n')
-		if i < 0 {
-			break
-		}
-		p.r.add(p.line[:i])
-		p.line = p.line[i+1:]
-	}
+	eachLine(&p.line, b[:n], p.r.add)
 	return n, err
 }
 
@@ -298,15 +290,7 @@ func newLineLog() *lineLog { return &lineLog{changed: make(chan struct{})} }
 func (l *lineLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		l.lines = append(l.lines, string(l.buf[:i]))
-		l.buf = l.buf[i+1:]
-	}
+	eachLine(&l.buf, p, func(b []byte) { l.lines = append(l.lines, string(b)) })
 	close(l.changed)
 	l.changed = make(chan struct{})
 	return len(p), nil
