@@ -245,14 +245,18 @@ func TestReferenceServer(t *testing.T) {
 					// the last may be handled after the call returned.
 					require.NoError(t, pr.awaitProgress(5))
 				}
-				table = append(table, fmt.Sprintf("| %s | %s | %d | %s %s | %d | %d | %v |", c.name, tr, received,
-					orDash(c.class), orDash(c.errType), counts.Calls, counts.LeafSpans, uncounted))
+				var ids []string
+				for _, s := range spansNamed(spans, "tools/call "+c.tool) {
+					ids = append(ids, orDash(attr(s, "jsonrpc.request.id")))
+				}
+				table = append(table, fmt.Sprintf("| %s | %s | %d | %s %s | %d | %d | %v | %s |", c.name, tr, received,
+					orDash(c.class), orDash(c.errType), counts.Calls, counts.LeafSpans, uncounted, strings.Join(ids, ", ")))
 			})
 		}
 	}
 	sort.Strings(table)
 	if os.Getenv("RETRACEMCP_TABLE") != "" {
-		t.Log("\n| fault | transport | tools/call received | class error.type | retrace.calls | leaf spans | uncounted |\n|---|---|---|---|---|---|---|\n" + strings.Join(table, "\n"))
+		t.Log("\n| fault | transport | tools/call received | class error.type | retrace.calls | leaf spans | uncounted | jsonrpc.request.id |\n|---|---|---|---|---|---|---|---|\n" + strings.Join(table, "\n"))
 	}
 }
 
@@ -315,6 +319,9 @@ func TestConnectLeavesNoErrorSpan(t *testing.T) {
 			for _, s := range spans {
 				assert.NotEqual(t, codes.Error, s.Status().Code, "%s: %s", s.Name(), s.Status().Description)
 				assert.Empty(t, attr(s, "error.type"), s.Name())
+			}
+			for _, s := range spans {
+				t.Logf("%s %s outcome=%q uncounted=%q status=%s", tr, s.Name(), attr(s, "retrace.outcome"), attr(s, "retrace.uncounted"), s.Status().Code)
 			}
 			counts, err := retracetest.TraceCounts(spans)
 			require.NoError(t, err)
