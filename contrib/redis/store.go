@@ -101,8 +101,8 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 	return res, nil
 }
 
-// breakerScript is the breaker's state machine, the same rules as
-// engine.Breaker's, on a hash: s state, g generation, c consecutive
+// breakerScript is the breaker's rule, state.BreakerEntry.Apply's (which
+// statetest holds it to, step by step over random sequences), on a hash: s state, g generation, c consecutive
 // failures, o opened at (µs on the callers' clock), p probes in flight,
 // k successful probes, e/f/u executions, failures, successes, l when the
 // last probe granted loses its slot (µs; ARGV[15] is the lease); with a failure
@@ -195,7 +195,7 @@ if kind == 'a' then
 elseif kind == 'r' or kind == 'c' then
   if kind == 'c' then gen, probe = g, (s == 2 and p > 0) end
   if gen == g then
-    if probe then p = p - 1 end
+    if probe and p > 0 then p = p - 1 end
     if count == 1 then
       e, f = e + 1, f + 1
       if s == 0 and rate > 0 then

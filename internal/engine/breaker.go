@@ -36,24 +36,18 @@ type BreakerLimits struct {
 	TTL   time.Duration // the record expires this long after its last step
 }
 
-// Breaker is a circuit breaker's state machine. It counts what it is told
-// (see [state.Count]); which errors count is the caller's decision. It is safe for
-// concurrent use.
+// Breaker is a circuit breaker: its rule is [state.BreakerEntry.Apply],
+// the one every store of a shared breaker applies too, made here on a
+// record of its own under a lock, or on the shared State's. It counts what
+// it is told (see [state.Count]); which errors count is the caller's
+// decision. It is safe for concurrent use.
 type Breaker struct {
 	lim BreakerLimits
 
-	mu          sync.Mutex
-	state       circuitbreaker.State
-	gen         uint64           // transitions so far: a permit is stale once it moves on
-	consecutive int              // consecutive failures while closed
-	window      state.RateWindow // calls and failures while closed, with FailureRate
-	openedAt    time.Time        // when it last opened
-	probes      int              // probes in flight while half open
-	probeOK     int              // successful probes while half open
-	leaseUntil  time.Time        // when the last probe granted loses its slot (ProbeLease)
-	executions  uint             // counts since the last transition
-	failures    uint
-	successes   uint
+	mu sync.Mutex
+	// rec is the local record: the breaker's state without a shared State,
+	// and while the shared one fails.
+	rec state.BreakerEntry
 
 	// With a shared State: the record as the last step on it left it, and
 	// whether that step failed (the local state then decides).
@@ -132,15 +126,37 @@ func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
 	return Permit{gen: v.Gen, probe: v.Probe, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, v.Granted
 }
 
-// shared makes one step on the shared State and keeps what it returns; a
-// failed step marks the breaker degraded until one succeeds.
-func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView, error) {
+// step fills op with the breaker's settings, at now on its clock.
+func (b *Breaker) step(op state.BreakerOp, clk clock.Clock) state.BreakerOp {
 	op.Now = b.clock(clk).Now()
 	op.FailureThreshold, op.Delay, op.HalfOpenProbes, op.SuccessThreshold = b.lim.FailureThreshold, b.lim.Delay, b.lim.HalfOpenProbes, b.lim.SuccessThreshold
 	op.ProbeLease = b.lim.ProbeLease
 	op.FailureRate, op.MinimumCalls, op.Window = b.lim.FailureRate, b.lim.MinimumCalls, b.lim.Window
 	op.TTL = b.lim.TTL
-	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, op)
+	return op
+}
+
+// local makes one step on the local record. The local record never
+// expires: its TTL is for a shared one, which a lost fleet must not hold.
+func (b *Breaker) local(op state.BreakerOp, clk clock.Clock) state.BreakerView {
+	op = b.step(op, clk)
+	op.TTL = localTTL
+	b.mu.Lock()
+	v := b.rec.Apply(op)
+	b.mu.Unlock()
+	if v.Changed {
+		b.notify(v.From, v.State)
+	}
+	return v
+}
+
+// localTTL keeps the local record live for good: a century on any clock.
+const localTTL = 100 * 365 * 24 * time.Hour
+
+// shared makes one step on the shared State and keeps what it returns; a
+// failed step marks the breaker degraded until one succeeds.
+func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView, error) {
+	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, b.step(op, clk))
 	b.mu.Lock()
 	b.degraded = err != nil
 	if err == nil {
@@ -148,41 +164,14 @@ func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView
 	}
 	b.mu.Unlock()
 	if err == nil && v.Changed {
-		b.notify([]stateChange{{v.From, v.State}})
+		b.notify(v.From, v.State)
 	}
 	return v, err
 }
 
 func (b *Breaker) acquireLocal(clk clock.Clock) (Permit, bool) {
-	b.mu.Lock()
-	var change []stateChange
-	if b.state == circuitbreaker.OpenState && !b.clock(clk).Now().Before(b.openedAt.Add(b.lim.Delay)) {
-		change = b.transition(circuitbreaker.HalfOpenState, clk, change)
-	}
-	p, ok := Permit{gen: b.gen}, true
-	switch b.state {
-	case circuitbreaker.OpenState:
-		ok = false
-	case circuitbreaker.HalfOpenState:
-		now := b.clock(clk).Now()
-		if b.probes >= b.lim.HalfOpenProbes && b.lim.ProbeLease > 0 && !now.Before(b.leaseUntil) {
-			// The probes out have held their slots past their lease: they
-			// are lost. A new half-open generation ignores their ends.
-			b.gen++
-			b.probes, b.probeOK = 0, 0
-			p.gen = b.gen
-		}
-		if b.probes >= b.lim.HalfOpenProbes {
-			ok = false
-		} else {
-			b.probes++
-			b.leaseUntil = now.Add(b.lim.ProbeLease)
-			p.probe = true
-		}
-	}
-	b.mu.Unlock()
-	b.notify(change)
-	return p, ok
+	v := b.local(state.BreakerOp{Kind: state.BreakerAcquire}, clk)
+	return Permit{gen: v.Gen, probe: v.Probe}, v.Granted
 }
 
 // Record records the end of a permitted call. A call the shared State let
@@ -190,115 +179,31 @@ func (b *Breaker) acquireLocal(clk clock.Clock) (Permit, bool) {
 // Record returns the state's error.
 func (b *Breaker) Record(p Permit, c state.Count, clk clock.Clock) error {
 	if !p.use.Shared {
-		b.recordLocal(p, c, clk)
+		b.local(state.BreakerOp{Kind: state.BreakerRecord, Gen: p.gen, Probe: p.probe, Count: c}, clk)
 		return nil
 	}
 	if _, err := b.shared(state.BreakerOp{Kind: state.BreakerRecord, Gen: p.gen, Probe: p.probe, Count: c}, clk); err != nil {
-		b.recordCurrentLocal(c, clk)
+		b.local(state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: c}, clk)
 		return err
 	}
 	return nil
 }
 
-func (b *Breaker) recordLocal(p Permit, c state.Count, clk clock.Clock) {
-	b.mu.Lock()
-	if p.gen != b.gen {
-		// Granted in a state the breaker has left: what it says about the
-		// downstream is older than the transition, so it changes nothing.
-		b.mu.Unlock()
-		return
-	}
-	var change []stateChange
-	if p.probe {
-		b.probes--
-	}
-	switch c {
-	case state.Ignore:
-	case state.Fail:
-		b.executions++
-		b.failures++
-		switch b.state {
-		case circuitbreaker.ClosedState:
-			if b.closedFailure(clk) {
-				change = b.transition(circuitbreaker.OpenState, clk, change)
-			}
-		case circuitbreaker.HalfOpenState:
-			change = b.transition(circuitbreaker.OpenState, clk, change)
-		}
-	case state.Success:
-		b.executions++
-		b.successes++
-		switch b.state {
-		case circuitbreaker.ClosedState:
-			b.consecutive = 0
-			if b.lim.FailureRate > 0 {
-				b.window.Add(state.RateBucket(b.clock(clk).Now(), b.lim.Window), false)
-			}
-		case circuitbreaker.HalfOpenState:
-			b.probeOK++
-			if b.probeOK >= b.lim.SuccessThreshold {
-				change = b.transition(circuitbreaker.ClosedState, clk, change)
-			}
-		}
-	}
-	b.mu.Unlock()
-	b.notify(change)
-}
-
-// closedFailure counts a Transient failure while closed and reports whether
-// it opens the breaker: on the failure rate over the window with
-// FailureRate, else on the consecutive count. The caller holds mu.
-func (b *Breaker) closedFailure(clk clock.Clock) bool {
-	if b.lim.FailureRate > 0 {
-		idx := state.RateBucket(b.clock(clk).Now(), b.lim.Window)
-		b.window.Add(idx, true)
-		calls, failures := b.window.Sum(idx)
-		return state.RateOpens(calls, failures, b.lim.FailureRate, b.lim.MinimumCalls)
-	}
-	b.consecutive++
-	return b.consecutive >= b.lim.FailureThreshold
-}
-
-type stateChange struct{ from, to circuitbreaker.State }
-
-// transition moves to state; the caller holds mu and notifies after unlocking.
-func (b *Breaker) transition(to circuitbreaker.State, clk clock.Clock, changes []stateChange) []stateChange {
-	from := b.state
-	if from == to {
-		return changes
-	}
-	b.state = to
-	b.gen++
-	b.consecutive, b.probes, b.probeOK = 0, 0, 0
-	b.window = state.RateWindow{}
-	b.executions, b.failures, b.successes = 0, 0, 0
-	if to == circuitbreaker.OpenState {
-		b.openedAt = b.clock(clk).Now()
-	}
-	return append(changes, stateChange{from, to})
-}
-
-// notify calls OnStateChange for each change. A panic there is the user's
-// callback failing, not the call's: it is recovered so that the permit the
-// caller holds is still recorded and the breaker cannot stick half open.
-func (b *Breaker) notify(changes []stateChange) {
-	if len(changes) == 0 {
-		return
-	}
+// notify calls the watchers and OnStateChange after a transition, outside
+// the lock. A panic in OnStateChange is the user's callback failing, not
+// the call's: it is recovered so that the permit the caller holds is still
+// recorded and the breaker cannot stick half open.
+func (b *Breaker) notify(from, to circuitbreaker.State) {
 	if ws := b.watchers.Load(); ws != nil {
-		for _, c := range changes {
-			for _, w := range *ws {
-				w.f(c.from, c.to)
-			}
+		for _, w := range *ws {
+			w.f(from, to)
 		}
 	}
 	if b.lim.OnStateChange == nil {
 		return
 	}
 	defer func() { _ = recover() }()
-	for _, c := range changes {
-		b.lim.OnStateChange(c.from, c.to)
-	}
+	b.lim.OnStateChange(from, to)
 }
 
 // Set moves the breaker to state now: the shared one too, with a State.
@@ -308,10 +213,7 @@ func (b *Breaker) Set(to circuitbreaker.State, clk clock.Clock) {
 			return
 		}
 	}
-	b.mu.Lock()
-	change := b.transition(to, clk, nil)
-	b.mu.Unlock()
-	b.notify(change)
+	b.local(state.BreakerOp{Kind: state.BreakerSet, To: to}, clk)
 }
 
 // State returns the current state. An open breaker whose cool-down has
@@ -325,7 +227,7 @@ func (b *Breaker) State() circuitbreaker.State {
 	if b.sharedView() {
 		return b.view.State
 	}
-	return b.state
+	return b.rec.State
 }
 
 // sharedView reports whether the shared record decides now; the caller
@@ -337,7 +239,7 @@ func (b *Breaker) sharedView() bool { return b.lim.State != nil && !b.degraded }
 func (b *Breaker) Remaining(clk clock.Clock) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	state, openedAt := b.state, b.openedAt
+	state, openedAt := b.rec.State, b.rec.OpenedAt
 	if b.sharedView() {
 		state, openedAt = b.view.State, b.view.OpenedAt
 	}
@@ -355,7 +257,7 @@ func (b *Breaker) Counts() (executions, failures, successes uint) {
 	if b.sharedView() {
 		return b.view.Executions, b.view.Failures, b.view.Successes
 	}
-	return b.executions, b.failures, b.successes
+	return b.rec.Executions, b.rec.Failures, b.rec.Successes
 }
 
 // RecordCurrent records the end of a call that holds no permit (failsafe-go's
@@ -368,12 +270,5 @@ func (b *Breaker) RecordCurrent(c state.Count, clk clock.Clock) {
 			return
 		}
 	}
-	b.recordCurrentLocal(c, clk)
-}
-
-func (b *Breaker) recordCurrentLocal(c state.Count, clk clock.Clock) {
-	b.mu.Lock()
-	p := Permit{gen: b.gen, probe: b.state == circuitbreaker.HalfOpenState && b.probes > 0}
-	b.mu.Unlock()
-	b.recordLocal(p, c, clk)
+	b.local(state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: c}, clk)
 }

@@ -84,7 +84,9 @@ func (r *BreakerEntry) Apply(op BreakerOp) BreakerView {
 		if gen != r.Gen {
 			break // granted in a state the breaker has left
 		}
-		if probe {
+		if probe && r.Probes > 0 {
+			// A slot freed once stays freed: the end of a call that
+			// holds no permit may have freed this one's already.
 			r.Probes--
 		}
 		switch op.Count {

@@ -21,6 +21,9 @@ package statetest
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,6 +58,12 @@ func Run(t *testing.T, newState func(t *testing.T) state.State) {
 	})
 	t.Run("a lost probe's slot is taken again after its lease", func(t *testing.T) {
 		probeLease(t, newState(t))
+	})
+	t.Run("breaker: a probe slot is freed once", func(t *testing.T) {
+		probeFreedOnce(t, newState(t))
+	})
+	t.Run("breaker: random steps answer as state.BreakerEntry.Apply does", func(t *testing.T) {
+		randomSteps(t, newState(t))
 	})
 	t.Run("draw stops at the limit", func(t *testing.T) {
 		draws(t, newState(t))
@@ -441,4 +450,103 @@ func probeLease(t *testing.T, s state.State) {
 	}
 	require.True(t, step(t, s, noLease, op(state.BreakerAcquire, half)).Granted)
 	require.False(t, step(t, s, noLease, op(state.BreakerAcquire, half.Add(50*time.Minute))).Granted)
+}
+
+// probeFreedOnce: the end of a call that holds no permit frees the probe
+// slot that is out; the late record of that probe's own permit frees
+// nothing more, so that the breaker still lets one probe through at a time.
+func probeFreedOnce(t *testing.T, s state.State) {
+	const key = "breaker:freed-once"
+	for range 3 {
+		record(t, s, key, t0, step(t, s, key, op(state.BreakerAcquire, t0)), state.Fail)
+	}
+	half := t0.Add(time.Minute)
+	probe := step(t, s, key, op(state.BreakerAcquire, half))
+	require.True(t, probe.Probe)
+	current := op(state.BreakerRecordCurrent, half)
+	current.Count = state.Ignore
+	step(t, s, key, current)
+	v := record(t, s, key, half, probe, state.Ignore)
+	require.Equal(t, circuitbreaker.HalfOpenState, v.State)
+	require.True(t, step(t, s, key, op(state.BreakerAcquire, half)).Granted, "the one slot is free")
+	require.False(t, step(t, s, key, op(state.BreakerAcquire, half)).Granted, "and there is one slot only")
+}
+
+// randomSteps holds a store to the Go rule: sequences of random breaker
+// steps (acquires, records of the permits granted, of the current state,
+// sets), with random settings and random waits, each made on the store and
+// on a state.BreakerEntry in memory, must answer alike step by step. A
+// store that runs the rule in its own language (a Redis script) is checked
+// here against the one rule. The sequences are seeded: the same on every
+// run. Times are whole milliseconds, within the records' TTL, so that a
+// store that keeps milliseconds and expires keys on its own clock agrees.
+func randomSteps(t *testing.T, s state.State) {
+	rng := rand.New(rand.NewPCG(29, 30))
+	counts := []state.Count{state.Fail, state.Success, state.Ignore}
+	states := []circuitbreaker.State{circuitbreaker.ClosedState, circuitbreaker.OpenState, circuitbreaker.HalfOpenState}
+	for seq := range 24 {
+		key := fmt.Sprintf("breaker:random:%d", seq)
+		settings := state.BreakerOp{
+			FailureThreshold: 1 + rng.IntN(4),
+			Delay:            time.Duration(5+rng.IntN(30)) * time.Second,
+			HalfOpenProbes:   1 + rng.IntN(2),
+			SuccessThreshold: 1 + rng.IntN(2),
+			TTL:              24 * time.Hour,
+		}
+		if rng.IntN(2) == 0 {
+			settings.ProbeLease = time.Duration(5+rng.IntN(20)) * time.Second
+		}
+		if rng.IntN(3) == 0 {
+			settings.FailureRate, settings.MinimumCalls, settings.Window = 0.5, 2+rng.IntN(3), time.Minute
+		}
+		var rule state.BreakerEntry
+		var held []state.BreakerView // permits granted and not yet recorded
+		var history []string
+		now := t0
+		for i := range 80 {
+			now = now.Add(time.Duration(rng.IntN(8000)) * time.Millisecond)
+			o := settings
+			o.Now = now
+			what := ""
+			switch r := rng.IntN(10); {
+			case r < 4 || r < 8 && len(held) == 0:
+				o.Kind, what = state.BreakerAcquire, "acquire"
+			case r < 8:
+				k := rng.IntN(len(held))
+				p := held[k]
+				held = append(held[:k], held[k+1:]...)
+				o.Kind, o.Gen, o.Probe, o.Count = state.BreakerRecord, p.Gen, p.Probe, counts[rng.IntN(len(counts))]
+				what = fmt.Sprintf("record gen %d probe %v count %d", p.Gen, p.Probe, o.Count)
+			case r < 9:
+				o.Kind, o.Count = state.BreakerRecordCurrent, counts[rng.IntN(len(counts))]
+				what = fmt.Sprintf("record current count %d", o.Count)
+			default:
+				o.Kind, o.To = state.BreakerSet, states[rng.IntN(len(states))]
+				what = fmt.Sprintf("set %v", o.To)
+			}
+			want := rule.Apply(o)
+			got := step(t, s, key, o)
+			history = append(history, fmt.Sprintf("%d: %s at +%s → %v gen %d granted %v probe %v", i, what, now.Sub(t0), want.State, want.Gen, want.Granted, want.Probe))
+			require.Equal(t, view(want), view(got), "sequence %d step %d (%s at +%s), settings %+v; the steps so far, as the rule answered them:\n%s",
+				seq, i, what, now.Sub(t0), settings, strings.Join(history, "\n"))
+			if want.Granted {
+				held = append(held, want)
+			}
+		}
+	}
+}
+
+// view is what a breaker step answers, its time in milliseconds; a breaker
+// that never opened may say so with the zero time or the Unix epoch, and
+// From means something only when the step Changed the state.
+func view(v state.BreakerView) state.BreakerView {
+	if !v.Changed {
+		v.From = circuitbreaker.ClosedState
+	}
+	if ms := v.OpenedAt.UnixMilli(); ms > 0 {
+		v.OpenedAt = time.UnixMilli(ms).UTC()
+	} else {
+		v.OpenedAt = time.Time{}
+	}
+	return v
 }
