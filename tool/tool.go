@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"go.opentelemetry.io/otel/attribute"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/failsafe-go/failsafe-go"
 
@@ -50,15 +51,35 @@ type Config struct {
 
 // Tool is a governed tool. It is safe for concurrent use.
 type Tool struct {
-	name   string
-	spec   session.Tool
-	invoke func(ctx context.Context, args string) (string, error)
-	max    int
+	name  string
+	spec  session.Tool
+	max   int
+	chain middleware.Handler[*call, string]
+	// prepare turns a call's arguments into its work (New's decoding and
+	// the tool's Func); nil for a tool whose calls each bring their work.
+	prepare func(args string) (Handler, error)
 }
 
-// New wraps fn in the tool chain named name (see [Config]). Arguments come
-// from the model as JSON and are decoded into A; the result is encoded as
-// JSON for the model (a string result is passed as is).
+// Handler is a call's work, one attempt of it: the model's arguments, as
+// JSON, in; the result for the model out. A call brings its own with
+// [Tool.CallWith] and [Tool.InvokeWith].
+type Handler func(ctx context.Context, args string) (string, error)
+
+// call is one call as the tool's chain carries it: each attempt runs work
+// on args.
+type call struct {
+	args string
+	work Handler
+}
+
+// New returns fn as a governed tool. Arguments arrive from the model as
+// JSON and are decoded into A; the result is encoded as JSON for the model
+// (a string result is passed as is). With a nil fn, each call brings its
+// work ([Tool.CallWith]): an adapter's tool whose work is per call, such as
+// an agent framework's endpoint or an MCP session's request.
+//
+// The arguments are decoded once, before the chain: arguments that are not
+// valid fail at once (Permanent, invalid_arguments), no attempt made.
 func New[A, R any](name string, fn Func[A, R], cfg Config) *Tool {
 	cfg.Retry = cfg.Retry.OrPreset(policies.ToolRetry)
 	if cfg.MaxConcurrent <= 0 {
@@ -71,31 +92,37 @@ func New[A, R any](name string, fn Func[A, R], cfg Config) *Tool {
 		// The layer's clock reaches every policy without one of its own.
 		cfg.Options = append([]middleware.Option{middleware.WithClock(cfg.Clock)}, cfg.Options...)
 	}
-	ps := []failsafe.Policy[R]{policies.NewRetry[R](cfg.Retry)}
+	ps := []failsafe.Policy[string]{policies.NewRetry[string](cfg.Retry)}
 	t := &Tool{name: name, max: cfg.Retry.MaxAttempts, spec: session.Tool{Name: name, Description: cfg.Description, Parameters: cfg.Parameters}}
 	if !cfg.NoBreaker {
-		ps = append(ps, policies.NewCircuitBreaker[R](cfg.Breaker))
+		ps = append(ps, policies.NewCircuitBreaker[string](cfg.Breaker))
 	}
-	ps = append(ps, policies.NewBulkhead[R](cfg.MaxConcurrent, cfg.MaxWait))
+	ps = append(ps, policies.NewBulkhead[string](cfg.MaxConcurrent, cfg.MaxWait))
 	if cfg.Timeout > 0 {
-		ps = append(ps, policies.NewTimeout[R](cfg.Timeout, nil))
+		ps = append(ps, policies.NewTimeout[string](cfg.Timeout, nil))
 	}
 	opts := append(append([]middleware.Option{}, cfg.Options...),
 		middleware.WithSpanName("execute_tool "+name),
 		middleware.WithAttributes(toolAttributes(name, cfg.Description)...),
 	)
-	h := middleware.PoliciesWith[A, R]("tool", opts, ps...)(middleware.Handler[A, R](fn))
-	t.invoke = func(ctx context.Context, raw string) (string, error) {
-		var args A
-		if err := decode(raw, &args); err != nil {
-			return "", &policies.Error{Class: policies.Permanent, Type: "invalid_arguments",
-				Err: fmt.Errorf("%s: the arguments are not valid: %w", name, err)}
+	t.chain = middleware.PoliciesWith[*call, string]("tool", opts, ps...)(func(ctx context.Context, c *call) (string, error) {
+		return c.work(ctx, c.args)
+	})
+	if fn != nil {
+		t.prepare = func(raw string) (Handler, error) {
+			var args A
+			if err := decode(raw, &args); err != nil {
+				return nil, &policies.Error{Class: policies.Permanent, Type: "invalid_arguments",
+					Err: fmt.Errorf("%s: the arguments are not valid: %w", name, err)}
+			}
+			return func(ctx context.Context, _ string) (string, error) {
+				r, err := fn(ctx, args)
+				if err != nil {
+					return "", err
+				}
+				return encode(r)
+			}, nil
 		}
-		r, err := h(ctx, args)
-		if err != nil {
-			return "", err
-		}
-		return encode(r)
 	}
 	return t
 }
@@ -126,7 +153,29 @@ func (t *Tool) Spec() session.Tool { return t.spec }
 
 // Call runs the tool through its chain and returns its result as JSON, or
 // the final error (a *policies.FailedError) for a caller that wants it.
-func (t *Tool) Call(ctx context.Context, args string) (string, error) { return t.invoke(ctx, args) }
+func (t *Tool) Call(ctx context.Context, args string) (string, error) {
+	if t.prepare == nil {
+		return "", &policies.Error{Class: policies.Programming, Type: "no_handler",
+			Err: fmt.Errorf("%s: the tool has no work of its own: call it with CallWith", t.name)}
+	}
+	work, err := t.prepare(args)
+	if err != nil {
+		return "", err
+	}
+	return t.CallWith(ctx, args, work)
+}
+
+// CallWith runs one call through the tool's chain with work as the call's
+// work: each attempt the chain makes runs work once, on args. The tool's
+// name, governance and breaker are the tool's; the work is the call's,
+// carried as an argument, not in the context. It returns what Call does.
+func (t *Tool) CallWith(ctx context.Context, args string, work Handler) (string, error) {
+	if work == nil {
+		return "", &policies.Error{Class: policies.Programming, Type: "no_handler",
+			Err: fmt.Errorf("%s: CallWith without a handler", t.name)}
+	}
+	return t.chain(ctx, &call{args: args, work: work})
+}
 
 // Result is what the model receives from a tool call.
 type Result struct {
@@ -137,7 +186,18 @@ type Result struct {
 // Invoke runs the tool and returns its final result for the model: the value,
 // or a structured failure that says whether and when to try again.
 func (t *Tool) Invoke(ctx context.Context, args string) Result {
-	out, err := t.invoke(ctx, args)
+	out, err := t.Call(ctx, args)
+	return t.result(ctx, out, err)
+}
+
+// InvokeWith is [Tool.CallWith]'s call, its final result for the model, as
+// Invoke gives it.
+func (t *Tool) InvokeWith(ctx context.Context, args string, work Handler) Result {
+	out, err := t.CallWith(ctx, args, work)
+	return t.result(ctx, out, err)
+}
+
+func (t *Tool) result(ctx context.Context, out string, err error) Result {
 	if err == nil {
 		return Result{Content: out}
 	}

@@ -348,3 +348,38 @@ func TestHintWithoutAnUnnamedType(t *testing.T) {
 	assert.NotContains(t, f.Hint, "_OTHER")
 	assert.Equal(t, "lookup failed 3 times: try again later, or use another tool", f.Hint)
 }
+
+// A tool whose calls each bring their work: the work is the call's, the
+// governance (retry, breaker) the tool's, one for every call whatever its
+// work; without work a call is refused as a bug.
+func TestCallWith(t *testing.T) {
+	clk := clock.NewVirtual(epoch)
+	endpoint := tool.New[json.RawMessage, string]("endpoint", nil, tool.Config{Clock: clk, Breaker: policies.BreakerConfig{FailureThreshold: 3}})
+
+	tries := 0
+	out, err := endpoint.CallWith(context.Background(), `{"q":"a"}`, func(_ context.Context, args string) (string, error) {
+		tries++
+		if tries < 2 {
+			return "", &policies.APIError{StatusCode: 503}
+		}
+		return "got " + args, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, `got {"q":"a"}`, out)
+	assert.Equal(t, 2, tries, "retried as the tool's governance says")
+
+	// Other work, the same breaker: its 3 failures in a row open it, and
+	// the next call's work is refused.
+	res := endpoint.InvokeWith(context.Background(), `{}`, func(context.Context, string) (string, error) {
+		return "", &policies.APIError{StatusCode: 503}
+	})
+	require.NotNil(t, res.Failure)
+	res = endpoint.InvokeWith(context.Background(), `{}`, func(context.Context, string) (string, error) { return "ok", nil })
+	require.NotNil(t, res.Failure)
+	assert.Contains(t, res.Failure.Hint, "circuit open")
+
+	_, err = endpoint.Call(context.Background(), `{}`)
+	assert.Equal(t, "no_handler", policies.Classify(err).Type)
+	_, err = endpoint.CallWith(context.Background(), `{}`, nil)
+	assert.Equal(t, policies.Programming, policies.Classify(err).Class)
+}

@@ -29,17 +29,6 @@ import (
 // agent reads what to do instead of its run ending. An eino interrupt is
 // passed through as it is.
 
-// toolCallKey carries one tool call to its governed tool's handler.
-type toolCallKey struct{}
-
-// toolCall is one tool call as its governed tool's handler sees it.
-type toolCall struct {
-	// attempt makes one call of the eino endpoint; a kind of tool whose
-	// result is not a string keeps it where its wrapper reads it.
-	attempt   func(ctx context.Context, args string) (string, error)
-	interrupt error // an eino interrupt, which must reach eino as it is
-}
-
 // WrapInvokableToolCall governs an invokable tool's calls.
 func (h *Middleware) WrapInvokableToolCall(_ context.Context, endpoint adk.InvokableToolCallEndpoint, tCtx *adk.ToolContext) (adk.InvokableToolCallEndpoint, error) {
 	if tCtx == nil {
@@ -136,21 +125,31 @@ func (h *Middleware) govern(ctx context.Context, tCtx *adk.ToolContext, args str
 	if tCtx.CallID != "" {
 		ctx = middleware.WithCallAttributes(ctx, telemetry.GenAIToolCallID.String(tCtx.CallID))
 	}
-	call := &toolCall{attempt: attempt}
-	cctx := context.WithValue(ctx, toolCallKey{}, call)
+	// work is one attempt: one call of the eino endpoint (a kind of tool
+	// whose result is not a string keeps it where its wrapper reads it).
+	// An eino interrupt is not a failure: eino pauses the run. It is not
+	// retried, not counted by the breaker, and returned to eino unchanged.
+	work := func(ctx context.Context, args string) (string, error) {
+		out, err := attempt(ctx, args)
+		if err != nil && isInterrupt(err) {
+			interrupt = err
+			return "", &policies.Error{Class: policies.Canceled, Type: "eino_interrupt", Err: err}
+		}
+		return out, err
+	}
 	if handle := errorHandlerFor(ctx, tCtx.Name); handle != nil {
-		out, err := t.Call(cctx, args)
+		out, err := t.CallWith(ctx, args, work)
 		switch {
-		case call.interrupt != nil:
-			return "", false, call.interrupt
+		case interrupt != nil:
+			return "", false, interrupt
 		case err != nil:
 			return handle(ctx, err), true, nil
 		}
 		return out, false, nil
 	}
-	res := t.Invoke(cctx, args)
-	if call.interrupt != nil {
-		return "", false, call.interrupt
+	res := t.InvokeWith(ctx, args, work)
+	if interrupt != nil {
+		return "", false, interrupt
 	}
 	return res.Content, res.Failure != nil, nil
 }
@@ -170,30 +169,9 @@ func (h *Middleware) tool(name string) *tool.Tool {
 		cfg.Clock = h.cfg.Clock
 	}
 	cfg.Options = append(append([]middleware.Option{}, h.cfg.Options...), cfg.Options...)
-	t := tool.New(name, runEndpoint, cfg)
+	t := tool.New[json.RawMessage, string](name, nil, cfg) // each call brings its endpoint
 	h.tools[name] = t
 	return t
-}
-
-// runEndpoint is a governed tool's handler: one attempt of the tool call
-// in the context.
-func runEndpoint(ctx context.Context, args json.RawMessage) (string, error) {
-	call, _ := ctx.Value(toolCallKey{}).(*toolCall)
-	if call == nil {
-		return "", &policies.Error{Class: policies.Programming, Type: "no_endpoint",
-			Err: errors.New("retraceeino: a tool call without its eino endpoint")}
-	}
-	out, err := call.attempt(ctx, string(args))
-	if err == nil {
-		return out, nil
-	}
-	if isInterrupt(err) {
-		// Not a failure: eino pauses the run. It is not retried, not counted
-		// by the breaker, and returned to eino unchanged.
-		call.interrupt = err
-		return "", &policies.Error{Class: policies.Canceled, Type: "eino_interrupt", Err: err}
-	}
-	return "", err
 }
 
 func isInterrupt(err error) bool {

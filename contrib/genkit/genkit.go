@@ -286,17 +286,6 @@ func (g *generation) withinOuter(ctx context.Context) context.Context {
 	return g.loopCtx
 }
 
-// toolCall carries one genkit tool call through the tool's chain, which is
-// built once per tool and takes no per-call arguments of genkit's types.
-type toolCall struct {
-	params    *ai.ToolParams
-	next      ai.ToolNext
-	resp      *ai.MultipartToolResponse // the successful attempt's response
-	interrupt error                     // a tool's interrupt, which is control flow, not a failure
-}
-
-type toolCallKey struct{}
-
 // errInterrupt stands for a tool's interrupt inside the chain: permanent, so
 // that it is neither retried nor counted by the breaker.
 var errInterrupt = &policies.Error{Class: policies.Permanent, Type: "interrupt", Err: errors.New("the tool interrupted the generation")}
@@ -309,15 +298,30 @@ func (g *generation) wrapTool(ctx context.Context, p *ai.ToolParams, next ai.Too
 	if p == nil || p.Tool == nil {
 		return next(ctx, p)
 	}
-	c := &toolCall{params: p, next: next}
-	res := g.m.tool(p.Tool.Name(), g.breakers).Invoke(context.WithValue(ctx, toolCallKey{}, c), "")
+	var (
+		resp      *ai.MultipartToolResponse // the successful attempt's response
+		interrupt error                     // a tool's interrupt, which is control flow, not a failure
+	)
+	// Each attempt runs genkit's next hooks, then the tool.
+	res := g.m.tool(p.Tool.Name(), g.breakers).InvokeWith(ctx, "", func(ctx context.Context, _ string) (string, error) {
+		r, err := next(ctx, p)
+		if err != nil {
+			if ok, _ := ai.IsToolInterruptError(err); ok {
+				interrupt = err
+				return "", errInterrupt
+			}
+			return "", err
+		}
+		resp = r
+		return "", nil
+	})
 	switch {
-	case c.interrupt != nil:
-		return nil, c.interrupt
+	case interrupt != nil:
+		return nil, interrupt
 	case res.Failure != nil:
 		return &ai.MultipartToolResponse{Output: map[string]*tool.Failure{"error": res.Failure}}, nil
 	}
-	return c.resp, nil
+	return resp, nil
 }
 
 // toolKey is what a governed tool is built for: its name, and the state its
@@ -342,25 +346,7 @@ func (m *Middleware) tool(name string, state *policies.MemoryState) *tool.Tool {
 		cfg.Breaker.State = state
 	}
 	cfg.Options = append(append([]middleware.Option{}, m.cfg.Options...), cfg.Options...)
-	t := tool.New(name, runTool, cfg)
+	t := tool.New[struct{}, struct{}](name, nil, cfg) // each call brings genkit's hooks
 	m.tools[k] = t
 	return t
-}
-
-// runTool is one attempt of a tool call: genkit's next hooks, then the tool.
-func runTool(ctx context.Context, _ struct{}) (struct{}, error) {
-	c, _ := ctx.Value(toolCallKey{}).(*toolCall)
-	if c == nil {
-		return struct{}{}, &policies.Error{Class: policies.Programming, Type: "no_tool_call", Err: errors.New("retracegenkit: a tool chain ran outside a genkit tool call")}
-	}
-	resp, err := c.next(ctx, c.params)
-	if err != nil {
-		if ok, _ := ai.IsToolInterruptError(err); ok {
-			c.interrupt = err
-			return struct{}{}, errInterrupt
-		}
-		return struct{}{}, err
-	}
-	c.resp = resp
-	return struct{}{}, nil
 }

@@ -308,15 +308,14 @@ func (c *Client) govern(ctx context.Context, r *request) (mcp.Result, error) {
 	if err != nil {
 		return nil, &policies.Error{Class: policies.Programming, Type: "invalid_arguments", Err: fmt.Errorf("%s: the arguments cannot be encoded: %w", p.Name, err)}
 	}
-	call := &toolCall{attempt: func(ctx context.Context, _ map[string]any) (string, error) {
+	_, err = t.CallWith(ctx, string(args), func(ctx context.Context, _ string) (string, error) {
 		res, err := c.send(ctx, r)
 		if err != nil {
 			return "", err
 		}
 		out, _ := res.(*mcp.CallToolResult)
 		return Text(out), nil
-	}}
-	_, err = t.Call(context.WithValue(ctx, toolCallKey{}, call), string(args))
+	})
 	if failed, ok := errors.AsType[*ToolFailure](err); ok && failed.Result != nil && r.result == mcp.Result(failed.Result) {
 		// The tool's own last answer failed: the caller reads it, as
 		// without retrace (the trace has the retries).
@@ -328,25 +327,6 @@ func (c *Client) govern(ctx context.Context, r *request) (mcp.Result, error) {
 	return r.result, nil
 }
 
-// toolCallKey carries one call to the governed tool's handler.
-type toolCallKey struct{}
-
-// toolCall is one call as the governed tool's handler sees it.
-type toolCall struct {
-	attempt func(ctx context.Context, args map[string]any) (string, error)
-}
-
-// runCall is the handler of the tools that govern calls made directly on a
-// session: one attempt of the call in the context.
-func runCall(ctx context.Context, args map[string]any) (string, error) {
-	call, _ := ctx.Value(toolCallKey{}).(*toolCall)
-	if call == nil {
-		return "", &policies.Error{Class: policies.Programming, Type: "no_tool_call",
-			Err: errors.New("retracemcp: a governed tool ran outside a tools/call")}
-	}
-	return call.attempt(ctx, args)
-}
-
 // directTool returns the governed tool of a server's tool for the calls
 // made directly on its sessions, made on its first call.
 func (c *Client) directTool(server, name string) *tool.Tool {
@@ -356,7 +336,7 @@ func (c *Client) directTool(server, name string) *tool.Tool {
 	if t, ok := c.tools[k]; ok {
 		return t
 	}
-	t := tool.New(name, runCall, c.toolConfig(server, name, nil))
+	t := tool.New[json.RawMessage, string](name, nil, c.toolConfig(server, name, nil)) // each call brings its request
 	c.tools[k] = t
 	return t
 }
