@@ -318,3 +318,27 @@ func TestExplainPrintsNoControlCharacters(t *testing.T) {
 	assert.Contains(t, stdout, "\nevil\\x1b[2J\\x0arow\\x0d\\u202egnp.exe  1s  outcome=success  calls=1\n│ failed\\x0a\\x07 twice\n└─ child  ")
 	assert.Contains(t, stdout, "✗: bad\\x1b]0;title\\x07\n")
 }
+
+// The leaves retrace.calls does not count (a call that reached nothing, a
+// session's handshake) are counted apart, by why, and are no failed call.
+func TestExplainUncounted(t *testing.T) {
+	file := otlpFile(t, traceOf(1,
+		fake{id: 1, name: "task", attrs: append(rootLayer("task", 1), telemetry.CallsUncounted.Int(3))},
+		fake{id: 2, parent: 1, name: "execute_tool echo", attrs: []attribute.KeyValue{telemetry.Layer.String("tool"), telemetry.Outcome.String("success_after_retry")}},
+		fake{id: 3, parent: 2, name: "tool attempt", failed: "the MCP session has ended", attrs: []attribute.KeyValue{telemetry.Attempt.Int(1),
+			telemetry.ErrorClass.String("transient"), telemetry.ErrorType.String("connection_closed"), telemetry.Uncounted.String(telemetry.UncountedUnsent)}},
+		fake{id: 4, parent: 2, name: "tool attempt", attrs: []attribute.KeyValue{telemetry.Attempt.Int(2)}},
+		fake{id: 5, parent: 4, name: "initialize", attrs: []attribute.KeyValue{telemetry.Layer.String("mcp"), telemetry.Outcome.String("success"),
+			telemetry.Uncounted.String(telemetry.UncountedHandshake)}},
+		fake{id: 6, parent: 4, name: "notifications/initialized", attrs: []attribute.KeyValue{telemetry.Layer.String("mcp"), telemetry.Outcome.String("success"),
+			telemetry.Uncounted.String(telemetry.UncountedHandshake)}},
+		fake{id: 7, parent: 4, name: "tools/call echo", attrs: []attribute.KeyValue{telemetry.Layer.String("mcp"), telemetry.Outcome.String("success")}},
+	))
+	a := explainJSON(t, "-otlp-file", file)
+	assert.Equal(t, int64(1), a.Calls)
+	assert.Equal(t, 1, a.LeafSpans, "the one request the server received")
+	assert.Equal(t, map[string]int{"unsent": 1, "handshake": 2}, a.Uncounted)
+	assert.Empty(t, a.Errors, "an unsent call is no failed call of the downstream")
+	stdout, _ := explainRun(t, 0, "-otlp-file", file)
+	assert.Contains(t, stdout, "  calls       1 leaf call in the trace (1 leaf span; 2 handshake, not counted; 1 unsent, not counted)")
+}
