@@ -126,9 +126,8 @@ func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
 	return Permit{gen: v.Gen, probe: v.Probe, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, v.Granted
 }
 
-// step fills op with the breaker's settings, at now on its clock.
-func (b *Breaker) step(op state.BreakerOp, clk clock.Clock) state.BreakerOp {
-	op.Now = b.clock(clk).Now()
+// settings fills op with the breaker's settings.
+func (b *Breaker) settings(op state.BreakerOp) state.BreakerOp {
 	op.FailureThreshold, op.Delay, op.HalfOpenProbes, op.SuccessThreshold = b.lim.FailureThreshold, b.lim.Delay, b.lim.HalfOpenProbes, b.lim.SuccessThreshold
 	op.ProbeLease = b.lim.ProbeLease
 	op.FailureRate, op.MinimumCalls, op.Window = b.lim.FailureRate, b.lim.MinimumCalls, b.lim.Window
@@ -137,11 +136,16 @@ func (b *Breaker) step(op state.BreakerOp, clk clock.Clock) state.BreakerOp {
 }
 
 // local makes one step on the local record. The local record never
-// expires: its TTL is for a shared one, which a lost fleet must not hold.
+// expires (TTL 0): a TTL is for a shared one, which a lost fleet must not
+// hold. The step reads the clock only if it needs the time: a call through
+// a closed breaker pays for no clock.
 func (b *Breaker) local(op state.BreakerOp, clk clock.Clock) state.BreakerView {
-	op = b.step(op, clk)
-	op.TTL = localTTL
+	op = b.settings(op)
+	op.TTL = 0
 	b.mu.Lock()
+	if b.rec.NeedsTime(op) {
+		op.Now = b.clock(clk).Now()
+	}
 	v := b.rec.Apply(op)
 	b.mu.Unlock()
 	if v.Changed {
@@ -150,13 +154,12 @@ func (b *Breaker) local(op state.BreakerOp, clk clock.Clock) state.BreakerView {
 	return v
 }
 
-// localTTL keeps the local record live for good: a century on any clock.
-const localTTL = 100 * 365 * 24 * time.Hour
-
 // shared makes one step on the shared State and keeps what it returns; a
 // failed step marks the breaker degraded until one succeeds.
 func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView, error) {
-	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, b.step(op, clk))
+	op = b.settings(op)
+	op.Now = b.clock(clk).Now()
+	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, op)
 	b.mu.Lock()
 	b.degraded = err != nil
 	if err == nil {

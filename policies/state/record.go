@@ -34,11 +34,39 @@ type BreakerEntry struct {
 // a closed breaker that has seen nothing.
 func (r *BreakerEntry) Live(now time.Time) bool { return now.Before(r.Expires) }
 
+// NeedsTime reports whether op's step on the record reads op.Now: a step
+// that does not gives the same answer and leaves the same record at any
+// time, so that a local breaker on its hot path (a call through a closed
+// breaker that succeeds, or fails short of its threshold) need not read a
+// clock. It errs on the side of yes; statetest's rule check holds it to
+// the rule.
+func (r *BreakerEntry) NeedsTime(op BreakerOp) bool {
+	if op.TTL > 0 || op.Kind == BreakerSet {
+		return true
+	}
+	closed := r.State == circuitbreaker.ClosedState
+	switch op.Kind {
+	case BreakerAcquire:
+		return !closed
+	case BreakerRecord, BreakerRecordCurrent:
+		switch op.Count {
+		case Fail:
+			// A failure opens a half-open breaker, and a closed one at its
+			// threshold or, with a rate, counts in the window.
+			return r.State == circuitbreaker.HalfOpenState ||
+				closed && (op.FailureRate > 0 || r.Consecutive+1 >= op.FailureThreshold)
+		case Success:
+			return closed && op.FailureRate > 0
+		}
+	}
+	return false
+}
+
 // Apply makes op's step on the record and returns the breaker as the step
 // left it: the rules of [State.Breaker], step by step the same as a local
 // breaker's.
 func (r *BreakerEntry) Apply(op BreakerOp) BreakerView {
-	if !r.Live(op.Now) {
+	if op.TTL > 0 && !r.Live(op.Now) {
 		*r = BreakerEntry{}
 	}
 	v := BreakerView{}
@@ -129,7 +157,9 @@ func (r *BreakerEntry) Apply(op BreakerOp) BreakerView {
 	case BreakerSet:
 		transition(op.To)
 	}
-	r.Expires = op.Now.Add(op.TTL)
+	if op.TTL > 0 {
+		r.Expires = op.Now.Add(op.TTL)
+	}
 	v.State, v.Gen, v.OpenedAt = r.State, r.Gen, r.OpenedAt
 	v.Executions, v.Failures, v.Successes = r.Executions, r.Failures, r.Successes
 	return v

@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -59,4 +60,55 @@ func TestEntriesSurviveEncoding(t *testing.T) {
 	require.True(t, c.Apply(now, 1, time.Hour).OK)
 	require.False(t, c.Apply(now, 1, time.Hour).OK, "at the limit")
 	require.True(t, c.Apply(now.Add(time.Hour), 1, time.Hour).OK, "expired: a new count")
+}
+
+// A step NeedsTime says reads no time answers alike and leaves the same
+// record at any time: over seeded random sequences of a local record's
+// steps (TTL 0), each such step made at two far-apart times agrees. A
+// NeedsTime that said no where the rule reads the time would fail here.
+func TestNeedsTimeIsTheRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	counts := []state.Count{state.Fail, state.Success, state.Ignore}
+	kinds := []state.BreakerOpKind{state.BreakerAcquire, state.BreakerAcquire, state.BreakerRecord, state.BreakerRecord, state.BreakerRecordCurrent, state.BreakerSet}
+	steps := 0 // the steps that read no time
+	for seq := range 200 {
+		settings := state.BreakerOp{FailureThreshold: 1 + rng.IntN(4), Delay: time.Duration(1+rng.IntN(20)) * time.Second,
+			HalfOpenProbes: 1 + rng.IntN(2), SuccessThreshold: 1 + rng.IntN(2)}
+		if rng.IntN(2) == 0 {
+			settings.ProbeLease = time.Duration(1+rng.IntN(10)) * time.Second
+		}
+		if rng.IntN(3) == 0 {
+			settings.FailureRate, settings.MinimumCalls, settings.Window = 0.5, 1+rng.IntN(3), time.Minute
+		}
+		var rec state.BreakerEntry
+		var held []state.BreakerView
+		now := t0
+		for i := range 60 {
+			now = now.Add(time.Duration(rng.IntN(5000)) * time.Millisecond)
+			o := settings
+			o.Now = now
+			o.Kind = kinds[rng.IntN(len(kinds))]
+			o.Count = counts[rng.IntN(len(counts))]
+			o.To = circuitbreaker.State(rng.IntN(3))
+			if o.Kind == state.BreakerRecord && len(held) > 0 {
+				p := held[rng.IntN(len(held))]
+				o.Gen, o.Probe = p.Gen, p.Probe
+			}
+			timeless := !rec.NeedsTime(o)
+			other := rec
+			v := rec.Apply(o)
+			if timeless {
+				steps++
+				later := o
+				later.Now = now.Add(time.Duration(1+rng.IntN(1000)) * time.Hour)
+				require.Equal(t, v, other.Apply(later), "sequence %d step %d: %+v answers by the time, though NeedsTime says no", seq, i, o)
+				require.Equal(t, rec, other, "sequence %d step %d: %+v leaves a record by the time, though NeedsTime says no", seq, i, o)
+			}
+			if v.Granted {
+				held = append(held, v)
+			}
+		}
+	}
+	require.Greater(t, steps, 1000, "the sequences must exercise the steps that read no time")
 }

@@ -73,7 +73,9 @@ type BreakerOp struct {
 	// half-open generation (their ends are then stale) and grants a probe.
 	// 0 → a probe holds its slot until its end is recorded.
 	ProbeLease time.Duration
-	TTL        time.Duration // the record expires this long after its last step
+	// TTL: the record expires this long after its last step; 0 → never (a
+	// breaker's local record; a shared one is always given a TTL).
+	TTL time.Duration
 	// FailureRate, if above 0, opens a closed breaker when at least this
 	// share of the calls recorded in the last Window failed, once the window
 	// holds MinimumCalls (FailureThreshold is then ignored). The store keeps
