@@ -49,7 +49,7 @@ func Amplification() []AmpRow {
 		var requests atomic.Int64
 		provider := func(context.Context, string) (string, error) {
 			requests.Add(1)
-			return "", &policies.APIError{StatusCode: 503, Message: "Service unavailable"}
+			return "", &policies.Error{StatusCode: 503, Message: "Service unavailable"}
 		}
 		model := provider
 		modelOpts := opts

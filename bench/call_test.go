@@ -25,7 +25,7 @@ import (
 // tool, a runtime exec or a user's own client returns: text, which retrace
 // classifies by its words.
 var (
-	errTransient = &policies.APIError{StatusCode: 503, Message: "overloaded"}
+	errTransient = &policies.Error{StatusCode: 503, Message: "overloaded"}
 	errPlain     = errors.New("503 service unavailable")
 )
 

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/bulkhead"
+	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
@@ -81,14 +83,13 @@ func RateBreaker(cfg policies.BreakerConfig) policies.BreakerConfig {
 
 // OutcomeOf is the outcome a call through a retrace layer ended with.
 func OutcomeOf(err error) string {
-	var fe *policies.FailedError
-	var re *policies.RejectedError
+	fe, ok := errors.AsType[*policies.Error](err)
 	switch {
 	case err == nil:
 		return string(policies.OutcomeSuccess)
-	case errors.As(err, &fe):
+	case ok && fe.Outcome != "":
 		return string(fe.Outcome)
-	case errors.As(err, &re):
+	case errors.Is(err, circuitbreaker.ErrOpen), errors.Is(err, bulkhead.ErrFull):
 		return string(policies.OutcomeRejected)
 	}
 	return "unknown"
@@ -108,7 +109,7 @@ func HTTPCall(client *http.Client, url string) func(ctx context.Context) error {
 		}
 		defer resp.Body.Close()
 		if resp.StatusCode >= 400 {
-			return policies.APIErrorFrom(resp)
+			return policies.ErrorFrom(resp)
 		}
 		return nil
 	}

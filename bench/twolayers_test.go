@@ -140,7 +140,7 @@ func recordFailure(span trace.Span, err error) {
 // errorType is the error.type a user derives by hand: the API status, else
 // OTel's fallback.
 func errorType(err error) string {
-	if api, ok := errors.AsType[*policies.APIError](err); ok {
+	if api, ok := errors.AsType[*policies.Error](err); ok {
 		return strconv.Itoa(api.StatusCode)
 	}
 	return "_OTHER"

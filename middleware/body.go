@@ -71,7 +71,7 @@ func (b *tracedBody) Read(p []byte) (int, error) {
 		complete := b.sse == nil || b.sse.complete()
 		b.mu.Unlock()
 		if !complete {
-			err = &policies.StreamError{Err: fmt.Errorf("%w: the event stream ended %s", io.ErrUnexpectedEOF, b.sse.missing())}
+			err = policies.StreamDropped("", fmt.Errorf("%w: the event stream ended %s", io.ErrUnexpectedEOF, b.sse.missing()))
 			b.finish(err)
 			return n, err
 		}
@@ -84,7 +84,7 @@ func (b *tracedBody) Read(p []byte) (int, error) {
 	if b.sse != nil && !alreadyClassified(err) {
 		// The stream broke after it began: dropped, however the read
 		// failed, as a provider reading it names it.
-		err = &policies.StreamError{Err: err}
+		err = policies.StreamDropped("", err)
 	}
 	b.finish(err)
 	return n, err
@@ -94,12 +94,8 @@ func (b *tracedBody) Read(p []byte) (int, error) {
 // which say what they are (a limit passed, an error event a provider's
 // limits decoded): they reach the reader as they are.
 func alreadyClassified(err error) bool {
-	var (
-		explicit *policies.Error
-		api      *policies.APIError
-		stream   *policies.StreamError
-	)
-	return errors.As(err, &explicit) || errors.As(err, &api) || errors.As(err, &stream)
+	_, ok := errors.AsType[*policies.Error](err)
+	return ok
 }
 
 // Close closes the body. A body closed before its end was given up by its

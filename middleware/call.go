@@ -183,7 +183,7 @@ func (l *layer[Req, Resp]) outcome(ctx context.Context, c *call[Req, Resp], err 
 		// that layer did: its outcome is carried up, not guessed again from
 		// the class (a session that ran out of attempts beneath an agent
 		// loop exhausted them; the loop did not fail once).
-		if fe, ok := errors.AsType[*policies.FailedError](err); ok && fe.Outcome.Failed() {
+		if fe, ok := errors.AsType[*policies.Error](err); ok && fe.Outcome.Failed() {
 			return fe.Outcome
 		}
 	}
@@ -210,15 +210,14 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 			attrs = append(attrs, telemetry.MaxAttempts.Int(l.maxAttempts))
 		}
 		attrs = append(attrs, telemetry.Attempts.Int(attempts))
-		if fe, ok := err.(*policies.FailedError); ok {
+		if fe, ok := err.(*policies.Error); ok && fe.Outcome != "" {
 			attrs = append(attrs, telemetry.Diagnosis.String(fe.Diagnosis()))
 		} else if outcome == policies.OutcomeSuccessAfterRetry {
 			attrs = append(attrs, telemetry.Diagnosis.String("succeeded on attempt "+strconv.Itoa(attempts)))
 		}
-	} else if _, own := outcomeOf(err); own {
+	} else if fe, own := errors.AsType[*policies.Error](err); own && fe.Outcome == policies.OutcomeStepLimit {
 		// A handler that ends the layer with an outcome of its own (an agent
 		// loop's step limit) says why, though the layer made no attempts.
-		fe := &policies.FailedError{Outcome: outcome, Err: err}
 		attrs = append(attrs, telemetry.Diagnosis.String(fe.Diagnosis()))
 	}
 	if b, ok := engine.BudgetFrom(c.fctx.Context).(*policies.TaskBudget); ok {

@@ -49,12 +49,12 @@ func ExamplePoliciesWith() {
 	session := middleware.PoliciesWith[string, string]("session", opts, policies.NewRetry[string](policies.SessionRetry))
 	runtime := middleware.PoliciesWith[string, string]("runtime", opts, policies.NewRetry[string](policies.RuntimeRetry))
 	provider := func(context.Context, string) (string, error) {
-		return "", &policies.APIError{StatusCode: 503, Message: "service unavailable"}
+		return "", &policies.Error{StatusCode: 503, Message: "service unavailable"}
 	}
 	_, err := runtime(session(provider))(context.Background(), "hello")
 
 	fmt.Println(err)
-	var failed *policies.FailedError
+	var failed *policies.Error
 	if errors.As(err, &failed) {
 		fmt.Println("outcome:", failed.Outcome)
 	}
@@ -80,7 +80,7 @@ func ExampleLayer() {
 	flaky := func(ctx context.Context, prompt string) (string, error) {
 		calls++
 		if calls < 3 {
-			return "", &policies.APIError{StatusCode: 529, Code: "overloaded_error"}
+			return "", &policies.Error{StatusCode: 529, Code: "overloaded_error"}
 		}
 		return "answer to " + prompt, nil
 	}

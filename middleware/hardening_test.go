@@ -84,9 +84,9 @@ func TestCancelRightAfterAFailure(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, policies.Canceled, policies.Classify(err).Class)
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, policies.OutcomeCanceled, fe.Outcome)
-	var api *policies.APIError
+	var api *policies.Error
 	assert.True(t, errors.As(err, &api), "the attempt's own error is kept beneath")
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
 )
 
 // FuzzAPIErrorFrom feeds APIErrorFrom any status and any body: it never
@@ -38,7 +38,7 @@ func FuzzAPIErrorFrom(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, status int, body []byte) {
 		resp := &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(bytes.NewReader(body))}
-		e := middleware.APIErrorFrom(resp)
+		e := policies.ErrorFrom(resp)
 		if e == nil {
 			t.Fatal("nil error")
 		}

@@ -368,78 +368,78 @@ func TestAPIErrorFrom(t *testing.T) {
 		status int
 		header http.Header
 		body   string
-		want   policies.APIError
+		want   policies.Error
 	}{
 		{
 			name: "OpenAI: the code wins over the type", status: 401,
 			body: `{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,
-			want: policies.APIError{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided"},
+			want: policies.Error{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided"},
 		},
 		{
 			name: "OpenAI without a code: the type", status: 400,
 			body: `{"error":{"message":"Unrecognized request argument","type":"invalid_request_error","code":null}}`,
-			want: policies.APIError{StatusCode: 400, Code: "invalid_request_error", Message: "Unrecognized request argument"},
+			want: policies.Error{StatusCode: 400, Code: "invalid_request_error", Message: "Unrecognized request argument"},
 		},
 		{
 			name: "Anthropic", status: 529,
 			body: `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`,
-			want: policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"},
+			want: policies.Error{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"},
 		},
 		{
 			name: "error as text", status: 500,
 			body: `{"error":"upstream connect error"}`,
-			want: policies.APIError{StatusCode: 500, Message: "upstream connect error"},
+			want: policies.Error{StatusCode: 500, Message: "upstream connect error"},
 		},
 		{
 			name: "numeric code: the type", status: 429,
 			body: `{"error":{"code":429,"type":"rate_limit_error","message":"slow down"}}`,
-			want: policies.APIError{StatusCode: 429, Code: "rate_limit_error", Message: "slow down"},
+			want: policies.Error{StatusCode: 429, Code: "rate_limit_error", Message: "slow down"},
 		},
 		{
 			name: "numeric code and no type", status: 429,
 			body: `{"error":{"code":429,"message":"slow down"}}`,
-			want: policies.APIError{StatusCode: 429, Message: "slow down"},
+			want: policies.Error{StatusCode: 429, Message: "slow down"},
 		},
 		{
 			name: "invalid JSON", status: 502,
 			body: `<html><body>Bad Gateway</body></html>`,
-			want: policies.APIError{StatusCode: 502},
+			want: policies.Error{StatusCode: 502},
 		},
 		{
 			name: "JSON without an error", status: 503,
 			body: `{"message":"maintenance"}`,
-			want: policies.APIError{StatusCode: 503},
+			want: policies.Error{StatusCode: 503},
 		},
 		{
 			name: "empty body", status: 503,
-			want: policies.APIError{StatusCode: 503},
+			want: policies.Error{StatusCode: 503},
 		},
 		{
 			name: "Retry-After in seconds", status: 429,
 			header: http.Header{"Retry-After": {"7"}},
 			body:   `{"error":{"type":"rate_limit_error","message":"slow down"}}`,
-			want:   policies.APIError{StatusCode: 429, Code: "rate_limit_error", Message: "slow down", RetryAfter: 7 * time.Second},
+			want:   policies.Error{StatusCode: 429, Code: "rate_limit_error", Message: "slow down", RetryAfter: 7 * time.Second},
 		},
 		{
 			name: "retry-after-ms", status: 429,
 			header: http.Header{"Retry-After-Ms": {"1500"}},
-			want:   policies.APIError{StatusCode: 429, RetryAfter: 1500 * time.Millisecond},
+			want:   policies.Error{StatusCode: 429, RetryAfter: 1500 * time.Millisecond},
 		},
 		{
 			name: "retry-after-ms is preferred to Retry-After", status: 429,
 			header: http.Header{"Retry-After-Ms": {"250"}, "Retry-After": {"7"}},
-			want:   policies.APIError{StatusCode: 429, RetryAfter: 250 * time.Millisecond},
+			want:   policies.Error{StatusCode: 429, RetryAfter: 250 * time.Millisecond},
 		},
 		{
 			name: "an invalid Retry-After is no hint", status: 429,
 			header: http.Header{"Retry-After": {"soon"}},
-			want:   policies.APIError{StatusCode: 429},
+			want:   policies.Error{StatusCode: 429},
 		},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			resp := httpResponse(c.status, c.header, c.body)
-			got := middleware.APIErrorFrom(resp)
+			got := policies.ErrorFrom(resp)
 			require.NotNil(t, got)
 			assert.Equal(t, c.want, *got)
 			body, err := io.ReadAll(resp.Body)
@@ -449,8 +449,8 @@ func TestAPIErrorFrom(t *testing.T) {
 	}
 
 	t.Run("no body", func(t *testing.T) {
-		got := middleware.APIErrorFrom(&http.Response{StatusCode: 503, Header: http.Header{}})
-		assert.Equal(t, policies.APIError{StatusCode: 503}, *got)
+		got := policies.ErrorFrom(&http.Response{StatusCode: 503, Header: http.Header{}})
+		assert.Equal(t, policies.Error{StatusCode: 503}, *got)
 	})
 }
 
@@ -462,30 +462,30 @@ func TestAPIErrorFromLeavesTheBodyWhole(t *testing.T) {
 	cases := []struct {
 		name string
 		body string
-		want policies.APIError
+		want policies.Error
 	}{
-		{"64 KiB - 1", errorJSON + strings.Repeat(" ", 64<<10-1-len(errorJSON)), policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}},
-		{"64 KiB", errorJSON + strings.Repeat(" ", 64<<10-len(errorJSON)), policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}},
+		{"64 KiB - 1", errorJSON + strings.Repeat(" ", 64<<10-1-len(errorJSON)), policies.Error{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}},
+		{"64 KiB", errorJSON + strings.Repeat(" ", 64<<10-len(errorJSON)), policies.Error{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}},
 		// The error object is in the first 64 KiB: it is read.
-		{"error object, then 200 KiB of padding", errorJSON + strings.Repeat(" ", 200<<10), policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}},
+		{"error object, then 200 KiB of padding", errorJSON + strings.Repeat(" ", 200<<10), policies.Error{StatusCode: 529, Code: "overloaded_error", Message: "Overloaded"}},
 		// A message of any length: the code is read wherever it is, before
 		// the message (Anthropic's order) or after it (OpenAI's), and the
 		// message is kept cut to 1 KiB.
 		{"a message over 64 KiB", `{"error":{"type":"overloaded_error","message":"` + strings.Repeat("y", 100<<10) + `"}}`,
-			policies.APIError{StatusCode: 529, Code: "overloaded_error", Message: strings.Repeat("y", 1021) + "…"}},
+			policies.Error{StatusCode: 529, Code: "overloaded_error", Message: strings.Repeat("y", 1021) + "…"}},
 		{"the code after a 100 KiB message", `{"error":{"message":"` + strings.Repeat("y", 100<<10) + `","type":"billing_error","code":null}}`,
-			policies.APIError{StatusCode: 529, Code: "billing_error", Message: strings.Repeat("y", 1021) + "…"}},
+			policies.Error{StatusCode: 529, Code: "billing_error", Message: strings.Repeat("y", 1021) + "…"}},
 		// Past the 1 MiB read nothing more is looked for: a string cut by the
 		// limit is not kept.
 		{"the code after 2 MiB", `{"error":{"message":"` + strings.Repeat("y", 2<<20) + `","code":"billing_error"}}`,
-			policies.APIError{StatusCode: 529}},
-		{"1 MiB of binary", string(bytes.Repeat([]byte{0, 1, 2, 0xff}, 256<<10)), policies.APIError{StatusCode: 529}},
+			policies.Error{StatusCode: 529}},
+		{"1 MiB of binary", string(bytes.Repeat([]byte{0, 1, 2, 0xff}, 256<<10)), policies.Error{StatusCode: 529}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			orig := &trackedBody{ReadCloser: io.NopCloser(strings.NewReader(c.body))}
 			resp := &http.Response{StatusCode: 529, Header: http.Header{}, Body: orig}
-			got := middleware.APIErrorFrom(resp)
+			got := policies.ErrorFrom(resp)
 			assert.Equal(t, c.want, *got)
 			body, err := io.ReadAll(resp.Body)
 			require.NoError(t, err)
@@ -503,8 +503,8 @@ func TestAPIErrorFromBodyReadFails(t *testing.T) {
 	broken := errors.New("connection reset")
 	resp := &http.Response{StatusCode: 503, Header: http.Header{}, Body: io.NopCloser(io.MultiReader(
 		strings.NewReader(`{"error":`), errReader{broken}))}
-	got := middleware.APIErrorFrom(resp)
-	assert.Equal(t, policies.APIError{StatusCode: 503}, *got)
+	got := policies.ErrorFrom(resp)
+	assert.Equal(t, policies.Error{StatusCode: 503}, *got)
 	body, err := io.ReadAll(resp.Body)
 	assert.Equal(t, `{"error":`, string(body))
 	assert.ErrorIs(t, err, broken)

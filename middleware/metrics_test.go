@@ -123,7 +123,7 @@ func TestMetricsCircuitStateAndTransitions(t *testing.T) {
 	fail := true
 	leaf := func(context.Context, string) (string, error) {
 		if fail {
-			return "", &policies.APIError{StatusCode: 429, Code: "rate_limit_exceeded"}
+			return "", &policies.Error{StatusCode: 429, Code: "rate_limit_exceeded"}
 		}
 		return "found", nil
 	}
@@ -239,11 +239,11 @@ func TestGenAIErrorTypeBounded(t *testing.T) {
 		n++
 		switch n {
 		case 1:
-			return "", &policies.APIError{StatusCode: 429, Code: "insufficient_quota"}
+			return "", &policies.Error{StatusCode: 429, Code: "insufficient_quota"}
 		case 2:
-			return "", &policies.APIError{StatusCode: 503}
+			return "", &policies.Error{StatusCode: 503}
 		}
-		return "", &policies.APIError{StatusCode: 400, Code: fmt.Sprintf("invented_code_%d", n)}
+		return "", &policies.Error{StatusCode: 400, Code: fmt.Sprintf("invented_code_%d", n)}
 	})
 	for range 10_000 {
 		_, _ = call(context.Background(), "x")

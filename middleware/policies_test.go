@@ -23,7 +23,7 @@ import (
 	"github.com/retrace-go/retrace/telemetry"
 )
 
-var errOverloaded = &policies.APIError{StatusCode: 503, Code: "overloaded_error", Message: "Overloaded"}
+var errOverloaded = &policies.Error{StatusCode: 503, Code: "overloaded_error", Message: "Overloaded"}
 
 // counting returns a handler that fails with the errors of script in turn
 // (nil: succeed) and repeats the last one, and a count of its calls.
@@ -93,11 +93,11 @@ func TestNestedLayersMultiply(t *testing.T) {
 	s := 2 * time.Second
 	assert.Equal(t, []time.Duration{s, 2 * s, 4 * s, 1500 * time.Millisecond, s, 2 * s, 4 * s, 3 * time.Second, s, 2 * s, 4 * s}, clk.Slept())
 
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, "runtime", fe.Layer)
 	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
-	var api *policies.APIError
+	var api *policies.Error
 	require.ErrorAs(t, err, &api, "the provider's error is reachable through both layers")
 	assert.Equal(t, 503, api.StatusCode)
 }
@@ -106,7 +106,7 @@ func TestNestedLayersMultiply(t *testing.T) {
 func TestPermanentErrorStopsAtOnce(t *testing.T) {
 	rec, tp := recorder(t)
 	clk := clock.NewVirtual(epoch)
-	leaf, calls := counting(&policies.APIError{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: sk-proj-abcdefghijklmnop"})
+	leaf, calls := counting(&policies.Error{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: sk-proj-abcdefghijklmnop"})
 	h := middleware.PoliciesWith[string, string]("runtime", []middleware.Option{tp}, retry(3, time.Second, clk))(leaf)
 
 	_, err := h(context.Background(), "x")
@@ -170,7 +170,7 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 	leaf := func(ctx context.Context, _ string) (string, error) {
 		calls++
 		if fail {
-			return "", &policies.APIError{StatusCode: 429, Code: "rate_limit_exceeded"}
+			return "", &policies.Error{StatusCode: 429, Code: "rate_limit_exceeded"}
 		}
 		return "found", nil
 	}
@@ -186,7 +186,7 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 	_, err := h(ctx, "q")
 	assert.Equal(t, 5, calls, "an open breaker does not reach the handler")
 	require.ErrorIs(t, err, circuitbreaker.ErrOpen)
-	var rej *policies.RejectedError
+	var rej *policies.Error
 	require.ErrorAs(t, err, &rej)
 	assert.Equal(t, 60*time.Second, rej.RetryAfter, "RetryAfter is the remaining cool-down")
 	cls := policies.Classify(err)
@@ -366,7 +366,7 @@ func TestCancelDuringBackoffWallClock(t *testing.T) {
 func TestRetryAfterHonoured(t *testing.T) {
 	rec, tp := recorder(t)
 	clk := clock.NewVirtual(epoch)
-	leaf, _ := counting(&policies.APIError{StatusCode: 429, Code: "rate_limit_exceeded", RetryAfter: 3 * time.Second}, nil)
+	leaf, _ := counting(&policies.Error{StatusCode: 429, Code: "rate_limit_exceeded", RetryAfter: 3 * time.Second}, nil)
 	h := middleware.PoliciesWith[string, string]("model", []middleware.Option{tp}, retry(3, 500*time.Millisecond, clk))(leaf)
 
 	_, err := h(context.Background(), "x")
@@ -409,7 +409,7 @@ func TestPanicBecomesProgrammingError(t *testing.T) {
 
 	_, err := h(context.Background(), "x")
 
-	var pe *policies.PanicError
+	var pe *policies.Error
 	require.ErrorAs(t, err, &pe)
 	assert.Contains(t, string(pe.Stack), "TestPanicBecomesProgrammingError")
 	assert.Equal(t, 1, calls, "a programming error is never retried")

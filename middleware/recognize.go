@@ -35,7 +35,7 @@ type retryPolicy interface {
 type breakerPolicy interface {
 	judge
 	Engine() *engine.Breaker
-	Rejection(clk clock.Clock) *policies.RejectedError
+	Rejection(clk clock.Clock) *policies.Error
 }
 
 type bulkheadPolicy interface {
@@ -47,6 +47,7 @@ type bulkheadPolicy interface {
 type timeoutPolicy interface {
 	Limit() time.Duration
 	Clock() clock.Clock
+	Expired(err error) error
 }
 
 // policy is one of a layer's policies as the layer found it: at most one

@@ -126,7 +126,7 @@ func (t *transport) send(ctx context.Context, x *exchange) (*http.Response, erro
 		return resp, nil
 	}
 	x.resp = resp
-	return nil, &httpFailure{resp: resp, err: policies.APIErrorFrom(resp)}
+	return nil, &httpFailure{resp: resp, err: policies.ErrorFrom(resp)}
 }
 
 // unrewindable is the error of a request that cannot be sent again: its

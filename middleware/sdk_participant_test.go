@@ -97,7 +97,7 @@ func TestSDKNotToldToResendAFatalAnswer(t *testing.T) {
 			if tc.name == "quota" {
 				assert.Equal(t, policies.Fatal, c.Class, c.Reason)
 				assert.Equal(t, "insufficient_quota", c.Type)
-				var fe *policies.FailedError
+				var fe *policies.Error
 				require.ErrorAs(t, err, &fe)
 				assert.Equal(t, tc.outcome, fe.Outcome, "the user's own client under a session layer ends failed_fatal")
 				assert.Contains(t, fe.Diagnosis(), "429 insufficient_quota: You exceeded your current quota", "the provider's words, not only the SDK's")
@@ -141,8 +141,9 @@ func TestSDKStreamWithoutItsTerminatorIsDropped(t *testing.T) {
 		srv := started(t, retracetest.Always(retracetest.StreamEOF(1)))
 		_, tp := recorder(t)
 		_, err := ownStream(t, srv, 0, 1, []middleware.Option{tp}, nil)
-		var se *policies.StreamError
-		require.ErrorAs(t, err, &se)
+		se, ok := policies.Underlying(err).(*policies.Error)
+		require.True(t, ok, "%v", err)
+		assert.Equal(t, "stream_dropped", se.Type)
 		assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
 		assert.Contains(t, se.Err.Error(), "without [DONE]")
 	})
@@ -166,8 +167,8 @@ func TestSDKAnthropicStreamWithoutMessageStop(t *testing.T) {
 		}
 		return "", stream.Err()
 	})(context.Background(), "hello")
-	var se *policies.StreamError
-	require.ErrorAs(t, err, &se)
+	se, ok := policies.Underlying(err).(*policies.Error)
+	require.True(t, ok, "%v", err)
 	assert.Contains(t, se.Err.Error(), "without message_stop")
 	assert.Equal(t, "stream_dropped", policies.Classify(err).Type)
 	assert.Equal(t, 2, srv.Requests(), "retried as a dropped stream")
@@ -250,7 +251,7 @@ func TestSDKCredentialsAreSecrets(t *testing.T) {
 			for _, s := range spans {
 				assert.Contains(t, s.Status().Description, "Incorrect API key provided: [REDACTED]", "%s: the message is kept, the key is not", s.Name())
 			}
-			var fe *policies.FailedError
+			var fe *policies.Error
 			require.True(t, errors.As(err, &fe))
 			assert.NotContains(t, fe.Error(), key, "nor in the error the layer built")
 		})

@@ -73,7 +73,7 @@ func TestOneClockReachesTheBreaker(t *testing.T) {
 	_, err := h(context.Background(), "x")
 	require.Error(t, err)
 	_, err = h(context.Background(), "x")
-	var rej *policies.RejectedError
+	var rej *policies.Error
 	require.ErrorAs(t, err, &rej)
 	assert.Equal(t, time.Minute, rej.RetryAfter, "the remaining cool-down, on the layer's clock")
 
@@ -98,7 +98,7 @@ func TestPlainRetryPolicyUnderTaskBudget(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, int64(2), calls.Load(), "the first call and the one retry the budget allows")
 	assert.ErrorIs(t, err, policies.ErrBudgetExhausted)
-	var api *policies.APIError
+	var api *policies.Error
 	assert.ErrorAs(t, err, &api, "the last real error is kept")
 	l := layerSpans(rec, "tool")[0]
 	assert.Equal(t, string(policies.OutcomeBudgetExhausted), str(l, telemetry.Outcome))
@@ -124,7 +124,7 @@ func TestOuterRetryStopsOnLongCoolDown(t *testing.T) {
 	assert.Equal(t, int64(1), calls.Load(), "the failure opened the breaker; the second attempt was refused")
 	assert.Empty(t, clk.Slept(), "nothing waited on the 60 s cool-down")
 	assert.Equal(t, epoch, clk.Now())
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, policies.OutcomeRejected, fe.Outcome)
 	assert.Equal(t, 2, fe.Attempts)
@@ -149,7 +149,7 @@ func TestOuterRetryStopsOnLongCoolDown(t *testing.T) {
 // Every failed attempt span says which rule decided its class.
 func TestFailedAttemptSpansCarryTheReason(t *testing.T) {
 	rec, tp := recorder(t)
-	leaf, _ := counting(errOverloaded, &policies.APIError{StatusCode: 401, Code: "invalid_api_key"})
+	leaf, _ := counting(errOverloaded, &policies.Error{StatusCode: 401, Code: "invalid_api_key"})
 	h := middleware.PoliciesWith[string, string]("session", []middleware.Option{tp},
 		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4}))(leaf)
 	_, err := h(context.Background(), "x")
@@ -166,7 +166,7 @@ func TestFailedAttemptSpansCarryTheReason(t *testing.T) {
 
 	// A layer that narrates no attempts has only its own span to say it on.
 	rec2, tp2 := recorder(t)
-	leaf2, _ := counting(&policies.APIError{StatusCode: 401, Code: "invalid_api_key"})
+	leaf2, _ := counting(&policies.Error{StatusCode: 401, Code: "invalid_api_key"})
 	_, err = middleware.PoliciesWith[string, string]("tool", []middleware.Option{tp2},
 		policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 5}))(leaf2)(context.Background(), "x")
 	require.Error(t, err)
@@ -194,7 +194,7 @@ func TestNoRetryLayerPassesErrorsThrough(t *testing.T) {
 	h2 := middleware.PoliciesWith[string, string]("session", []middleware.Option{tp},
 		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4}))(leaf)
 	_, err = h2(context.Background(), "x")
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, policies.OutcomeFailedUnknown, fe.Outcome)
 	assert.Equal(t, 1, fe.Attempts, "a session does not retry what it does not know")
@@ -213,7 +213,7 @@ func TestFailsafeWithUsesTheSameEngine(t *testing.T) {
 		calls++
 		return failsafe.With[string](cb).Get(func() (string, error) { return "", errOverloaded })
 	})
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, policies.OutcomeRejected, fe.Outcome)
 	assert.Equal(t, 1, calls)

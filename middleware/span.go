@@ -51,7 +51,7 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 // besides), at most engine.CapSpanStatus bytes.
 func statusText(known []string, e error) string {
 	var s string
-	if api, ok := policies.AsAPIError(e); ok && strings.TrimSpace(api.Message) != "" {
+	if api, ok := policies.AsAnswer(e); ok && strings.TrimSpace(api.Message) != "" {
 		s = api.Message
 	} else if s = engine.ErrorText(e); strings.TrimSpace(s) == "" {
 		s = "error without a message"
@@ -92,11 +92,12 @@ func circuitState(s circuitbreaker.State) string {
 	return telemetry.CircuitClosed
 }
 
-// outcomeOf is the outcome an error that says so itself ends a layer with.
+// outcomeOf is the outcome an error ends every layer it crosses with,
+// whatever the layer's attempts: an agent loop's step limit, the last cost
+// boundary, which no layer's retrying changes.
 func outcomeOf(err error) (policies.Outcome, bool) {
-	var oe policies.OutcomeError
-	if errors.As(err, &oe) {
-		return oe.Outcome(), true
+	if e, ok := errors.AsType[*policies.Error](err); ok && e.Outcome == policies.OutcomeStepLimit {
+		return e.Outcome, true
 	}
 	return "", false
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -86,7 +87,7 @@ func isUnsent(err error) bool {
 func callHandler[Req, Resp any](ctx context.Context, next Handler[Req, Resp], req Req) (resp Resp, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = &policies.PanicError{Value: v, Stack: debug.Stack()}
+			err = policies.Recovered(v, debug.Stack())
 		}
 	}()
 	return next(ctx, req)
@@ -173,7 +174,8 @@ func (l *layer[Req, Resp]) foreignBreakerStep(cb circuitbreaker.CircuitBreaker[R
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		state := cb.State()
 		if !cb.TryAcquirePermit() {
-			rej := &policies.RejectedError{Policy: telemetry.PolicyCircuitBreaker, RetryAfter: cb.RemainingDelay(), Err: circuitbreaker.ErrOpen}
+			rej := &policies.Error{Class: policies.Transient, Type: "circuit_open", Reason: "circuit_breaker rejected the call",
+				RetryAfter: cb.RemainingDelay(), Err: circuitbreaker.ErrOpen}
 			return c.reject(ctx, telemetry.PolicyCircuitBreaker, rej, telemetry.CircuitState.String(telemetry.CircuitOpen))
 		}
 		var span trace.Span
@@ -200,7 +202,7 @@ func (l *layer[Req, Resp]) bulkheadStep(h bulkheadPolicy, next step[Req, Resp]) 
 			// The call waits for a slot, or is refused: the bulkhead acts.
 			ctx, span = c.policySpan(ctx, telemetry.PolicyBulkhead)
 			if err := h.Acquire(ctx, l.clock()); err != nil {
-				if _, full := err.(*policies.RejectedError); full {
+				if e, full := err.(*policies.Error); full && errors.Is(e, bulkhead.ErrFull) {
 					c.rejected = true
 				}
 				c.endPolicySpan(ctx, span, err)
@@ -221,7 +223,7 @@ func (l *layer[Req, Resp]) bulkheadStep(h bulkheadPolicy, next step[Req, Resp]) 
 func (l *layer[Req, Resp]) timeoutStep(h timeoutPolicy, next step[Req, Resp]) step[Req, Resp] {
 	limit := h.Limit()
 	clk := engine.Or(h.Clock(), l.clock())
-	cause := &policies.TimeoutError{After: limit}
+	cause := h.Expired(nil)
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		var span trace.Span
 		if l.cfg.policySpans {
@@ -234,7 +236,7 @@ func (l *layer[Req, Resp]) timeoutStep(h timeoutPolicy, next step[Req, Resp]) st
 			cancel()
 		}
 		if fired {
-			err = &policies.TimeoutError{After: limit, Err: err}
+			err = h.Expired(err)
 			if span == nil {
 				_, span = c.policySpan(ctx, telemetry.PolicyTimeout)
 			}

@@ -25,7 +25,7 @@ import (
 // propagator.
 //
 // An answer with status 400 or more is a failure for the layer's policies:
-// its OpenAI- or Anthropic-style error body becomes a *policies.APIError
+// its OpenAI- or Anthropic-style error body becomes a *policies.Error
 // (code, message, Retry-After), which the classifier reads. When the layer
 // gives up on such an answer, the caller still gets the response itself, as
 // base returned it, so that an SDK above produces its own error. Requests
@@ -68,7 +68,7 @@ func newTransport(base http.RoundTripper, layer string, cfg config, r role[*exch
 // caller gets the response.
 type httpFailure struct {
 	resp *http.Response
-	err  *policies.APIError
+	err  *policies.Error
 }
 
 func (e *httpFailure) Error() string { return e.err.Error() }
@@ -174,9 +174,3 @@ func credentials(h http.Header) []string {
 	}
 	return out
 }
-
-// APIErrorFrom reads an error answer. It is [policies.APIErrorFrom], the
-// one decoder of provider answers, where it is now.
-//
-// Deprecated: use policies.APIErrorFrom.
-func APIErrorFrom(resp *http.Response) *policies.APIError { return policies.APIErrorFrom(resp) }

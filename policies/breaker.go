@@ -107,7 +107,7 @@ var _ circuitbreaker.CircuitBreaker[any] = (*CircuitBreaker[any])(nil)
 
 // NewCircuitBreaker builds a circuit breaker that counts Transient failures
 // only (see [BreakerConfig]). While open it rejects calls with a
-// *[RejectedError] that matches circuitbreaker.ErrOpen and whose RetryAfter is
+// *[Error] of type circuit_open that matches circuitbreaker.ErrOpen and whose RetryAfter is
 // the remaining cool-down.
 func NewCircuitBreaker[R any](cfg BreakerConfig) *CircuitBreaker[R] {
 	if cfg.FailureThreshold <= 0 {
@@ -251,8 +251,8 @@ type breakerExecutor[R any] struct {
 func (e *breakerExecutor[R]) Engine() *engine.Breaker { return e.b }
 
 // Rejection is the error of a call the breaker refuses now, on clk.
-func (e *breakerExecutor[R]) Rejection(clk clock.Clock) *RejectedError {
-	return &RejectedError{Policy: "circuit_breaker", Name: e.b.Limits().Name, RetryAfter: e.b.Remaining(clk), Err: circuitbreaker.ErrOpen}
+func (e *breakerExecutor[R]) Rejection(clk clock.Clock) *Error {
+	return rejection(typeCircuitOpen, e.b.Limits().Name, e.b.Remaining(clk), circuitbreaker.ErrOpen)
 }
 
 func (e *breakerExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.PolicyResult[R]) func(failsafe.Execution[R]) *common.PolicyResult[R] {

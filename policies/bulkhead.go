@@ -20,7 +20,7 @@ type Bulkhead[R any] struct {
 
 // NewBulkhead builds a bulkhead that lets maxConcurrent calls run at once
 // (at least 1) and makes others wait up to maxWait for a slot (0: no wait)
-// before it rejects them with a *[RejectedError] that matches
+// before it rejects them with a *[Error] of type bulkhead_full that matches
 // bulkhead.ErrFull. The wait runs on the layer's clock
 // (middleware.WithClock), else the wall clock.
 func NewBulkhead[R any](maxConcurrent int, maxWait time.Duration) *Bulkhead[R] {
@@ -47,7 +47,7 @@ type bulkheadExecutor[R any] struct{ b *engine.Bulkhead }
 func (e *bulkheadExecutor[R]) Engine() *engine.Bulkhead { return e.b }
 
 // Acquire takes a slot on clk, or returns why it could not: a
-// *RejectedError when none freed in time, the context's cause when ctx ended.
+// rejection (type bulkhead_full) when none freed in time, the context's cause when ctx ended.
 func (e *bulkheadExecutor[R]) Acquire(ctx context.Context, clk clock.Clock) error {
 	ok, err := e.b.Acquire(ctx, clk)
 	switch {
@@ -56,7 +56,7 @@ func (e *bulkheadExecutor[R]) Acquire(ctx context.Context, clk clock.Clock) erro
 	case err != nil:
 		return err
 	}
-	return &RejectedError{Policy: "bulkhead", Err: bulkhead.ErrFull}
+	return rejection(typeBulkheadFull, "", 0, bulkhead.ErrFull)
 }
 
 func (e *bulkheadExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.PolicyResult[R]) func(failsafe.Execution[R]) *common.PolicyResult[R] {

@@ -1,9 +1,6 @@
 package policies
 
 import (
-	"fmt"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -39,99 +36,6 @@ type Classification struct {
 	Type       string        // low-cardinality error.type: provider code, HTTP status or Go type
 	Reason     string        // the rule that decided, e.g. "http 429", "marker: invalid api key"
 	RetryAfter time.Duration // the server's hint, 0 if none
+
+	answer *Error // the server's answer the rules read, if the error is one
 }
-
-// Error gives an error an explicit class. It is the first thing the
-// classifier looks for, so a tool or provider that knows what went wrong can
-// say so and skip the guessing.
-type Error struct {
-	Class      Class
-	Type       string        // error.type; empty means the class name
-	RetryAfter time.Duration // a hint for the next attempt, 0 if none
-	Err        error
-}
-
-func (e *Error) Error() string {
-	if e.Err == nil {
-		return string(e.Class)
-	}
-	return e.Err.Error()
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
-// APIError is a provider's or tool server's error answer.
-type APIError struct {
-	StatusCode int           // HTTP status, 0 if the error did not come from HTTP
-	Code       string        // the provider's error code or type, e.g. "insufficient_quota", "overloaded_error"
-	Message    string        // the provider's message
-	RetryAfter time.Duration // from Retry-After or retry-after-ms, 0 if none
-	event      bool          // decoded from a stream's error event ([ErrorEventFrom])
-}
-
-func (e *APIError) Error() string {
-	if e.StatusCode == 0 && e.Code == "" && e.Message == "" {
-		return "api error"
-	}
-	// A provider's code and message are its input, not retrace's: either may
-	// echo a key.
-	return Redact(e.text())
-}
-
-// text is the error's text before redaction: "<status> <code>: <message>".
-func (e *APIError) text() string {
-	if e.StatusCode == 0 && e.Code == "" && e.Message == "" {
-		return "api error"
-	}
-	var b strings.Builder
-	b.Grow(len(e.Code) + len(e.Message) + 8)
-	if e.StatusCode != 0 {
-		b.WriteString(strconv.Itoa(e.StatusCode))
-	}
-	if e.Code != "" {
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(e.Code)
-	}
-	if e.Message != "" {
-		if b.Len() > 0 {
-			b.WriteString(": ")
-		}
-		b.WriteString(e.Message)
-	}
-	return b.String()
-}
-
-// PanicError is a recovered panic: a Programming error that is never retried.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
-
-// Unwrap returns the panic value when it was an error.
-func (e *PanicError) Unwrap() error {
-	if err, ok := e.Value.(error); ok {
-		return err
-	}
-	return nil
-}
-
-// StreamError is a stream that broke after it began. A stream that ends
-// without its terminator (the connection reset, or a clean end before
-// OpenAI's [DONE] or Anthropic's message_stop) has an empty Message: a
-// dropped stream, which a session retries. Its error.type is
-// "stream_dropped", the same on every span of the failure, whatever the
-// read error beneath it was.
-type StreamError struct {
-	Message string // the provider's own words, if it sent any
-	Err     error  // the cause: a read error, or io.ErrUnexpectedEOF
-}
-
-func (e *StreamError) Error() string { return e.Message }
-func (e *StreamError) Unwrap() error { return e.Err }
-
-// ErrorType is the stream error's error.type: "stream_dropped".
-func (e *StreamError) ErrorType() string { return "stream_dropped" }

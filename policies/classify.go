@@ -60,7 +60,7 @@ func (c *Classifier) Classify(err error) (cl Classification) {
 		// A layer's failure carries its classification: the layers and
 		// callers it reaches read it instead of working it out again, user
 		// rules included, so that one failure has one class on every span.
-		return Classification{Class: fe.Class, Type: fe.Type, Reason: fe.Reason, RetryAfter: fe.retry}
+		return Classification{Class: fe.Class, Type: fe.Type, Reason: fe.Reason, RetryAfter: fe.RetryAfter, answer: fe}
 	}
 	if c != nil {
 		for _, r := range c.rules {
@@ -75,19 +75,17 @@ func (c *Classifier) Classify(err error) (cl Classification) {
 	return classify(err)
 }
 
-// failedIn returns the *FailedError that decides err's class: err itself,
-// or the first in its chain when nothing before it carries a class of its
-// own (an explicit *Error, a recovered panic). It looks no further than a
+// failedIn returns the layer's stop (an *Error with an Outcome) that
+// decides err's class: err itself, or the first in its chain when no other
+// *Error comes before it. It looks no further than a
 // few wrappers deep: a layer's failure is near the top of what it returns.
-func failedIn(err error) *FailedError {
+func failedIn(err error) *Error {
 	for depth := 0; err != nil && depth < 8; depth++ {
 		switch e := err.(type) {
-		case *FailedError:
-			if e.Class != "" {
+		case *Error:
+			if e.Outcome != "" && e.Class != "" {
 				return e
 			}
-			return nil
-		case *Error, *PanicError:
 			return nil
 		case interface{ Unwrap() []error }:
 			if errs := e.Unwrap(); len(errs) > 0 {
@@ -191,6 +189,16 @@ func lowerASCII(s string, buf []byte) []byte {
 	return b
 }
 
+// explicitIn returns the first *Error of the chain with a class of its own.
+func explicitIn(c *chain) (*Error, bool) {
+	for _, err := range c.all() {
+		if e, ok := err.(*Error); ok && e.Class != "" {
+			return e, true
+		}
+	}
+	return nil, false
+}
+
 // classify applies the default rules in order; the first match wins. It
 // reads err's chain once (see chain) and asks every rule of that.
 func classify(err error) Classification {
@@ -199,18 +207,19 @@ func classify(err error) Classification {
 	}
 	var c chain
 	c.add(err)
-	// 1. An explicit class.
-	if explicit, ok := chainAs[*Error](&c); ok {
-		t := explicit.Type
+	// 1. An explicit class: a tool's or provider's own, a policy's
+	// rejection, the layer's own timeout, a recovered panic.
+	if explicit, ok := explicitIn(&c); ok {
+		t, reason := explicit.Type, explicit.Reason
 		if t == "" {
 			t = string(explicit.Class)
 		}
-		return Classification{Class: explicit.Class, Type: t, Reason: "explicit " + string(explicit.Class), RetryAfter: explicit.RetryAfter}
+		if reason == "" {
+			reason = "explicit " + string(explicit.Class)
+		}
+		return Classification{Class: explicit.Class, Type: t, Reason: reason, RetryAfter: explicit.RetryAfter}
 	}
 	// 2. Rejections by a policy: they say nothing about the call itself.
-	if rejected, ok := chainAs[*RejectedError](&c); ok {
-		return Classification{Class: Transient, Type: rejected.typ(), Reason: rejected.Policy + " rejected the call", RetryAfter: rejected.RetryAfter}
-	}
 	switch {
 	case c.is(circuitbreaker.ErrOpen):
 		return Classification{Class: Transient, Type: "circuit_open", Reason: "circuit breaker open"}
@@ -222,7 +231,7 @@ func classify(err error) Classification {
 		return Classification{Class: Transient, Type: "budget_exhausted", Reason: "retry budget exhausted"}
 	}
 	// 3. Time: our own per-attempt timeout is Transient, the caller's end is not.
-	if _, ok := chainAs[*TimeoutError](&c); ok || c.is(timeout.ErrExceeded) {
+	if c.is(timeout.ErrExceeded) {
 		return Classification{Class: Transient, Type: "attempt_timeout", Reason: "attempt timeout"}
 	}
 	if c.is(context.Canceled) {
@@ -232,9 +241,6 @@ func classify(err error) Classification {
 		return Classification{Class: Canceled, Type: "context.DeadlineExceeded", Reason: "context deadline exceeded"}
 	}
 	// 4. Bugs.
-	if _, ok := chainAs[*PanicError](&c); ok {
-		return Classification{Class: Programming, Type: "panic", Reason: "panic"}
-	}
 	if c.is(errors.ErrUnsupported) {
 		return Classification{Class: Programming, Type: "errors.ErrUnsupported", Reason: "unsupported"}
 	}
@@ -247,7 +253,7 @@ func classify(err error) Classification {
 	// whole text, and the provider's words besides when an SDK's error
 	// stands for them (its own text says little: "429 Too Many Requests").
 	var msg string
-	if e, direct := err.(*APIError); direct {
+	if e, direct := err.(*Error); direct && e.answer() {
 		msg = e.Code + ": " + e.Message
 	} else if msg = engine.ErrorText(err); decoded {
 		msg += " " + api.Code + ": " + api.Message
@@ -256,7 +262,7 @@ func classify(err error) Classification {
 	with := func(class Class, reason string) Classification {
 		c := Classification{Class: class, Type: typ, Reason: reason}
 		if hasAPI {
-			c.RetryAfter = api.RetryAfter
+			c.RetryAfter, c.answer = api.RetryAfter, api
 		}
 		return c
 	}
@@ -330,7 +336,7 @@ func classify(err error) Classification {
 
 // apiMessage is the text the empty-message rule looks at: the provider's
 // message for an API error, the whole error text otherwise.
-func apiMessage(api *APIError, hasAPI bool, msg string) string {
+func apiMessage(api *Error, hasAPI bool, msg string) string {
 	if hasAPI {
 		if api.StatusCode != 0 || api.Code != "" {
 			return "non-empty" // a status or code says what happened
@@ -340,7 +346,7 @@ func apiMessage(api *APIError, hasAPI bool, msg string) string {
 	return msg
 }
 
-func apiReason(api *APIError) string {
+func apiReason(api *Error) string {
 	code := safeCode(api.Code)
 	if api.StatusCode != 0 {
 		if code != "" {
@@ -419,7 +425,7 @@ func errorType(err error) string {
 
 // errorTypeOf is errorType with the chain's provider answer, if it has one,
 // and its network failure's name already found.
-func errorTypeOf(c *chain, api *APIError, netType string) string {
+func errorTypeOf(c *chain, api *Error, netType string) string {
 	if api != nil {
 		if code := safeCode(api.Code); code != "" {
 			return code
@@ -431,8 +437,17 @@ func errorTypeOf(c *chain, api *APIError, netType string) string {
 			return errorTypeOther
 		}
 	}
-	if named, ok := chainAs[interface{ ErrorType() string }](c); ok {
-		if t := safeCode(named.ErrorType()); t != "" {
+	for _, err := range c.all() {
+		// retrace's own failures name themselves (a dropped stream, a limit
+		// passed), and so may any error, with an ErrorType() string method.
+		var name string
+		switch e := err.(type) {
+		case *Error:
+			name = e.Type
+		case interface{ ErrorType() string }:
+			name = e.ErrorType()
+		}
+		if t := safeCode(name); t != "" {
 			return t
 		}
 	}

@@ -28,8 +28,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func api(status int, code, msg string) *APIError {
-	return &APIError{StatusCode: status, Code: code, Message: msg}
+func api(status int, code, msg string) *Error {
+	return &Error{StatusCode: status, Code: code, Message: msg}
 }
 
 type timeoutErr struct{}
@@ -67,12 +67,12 @@ func TestClassifyRules(t *testing.T) {
 		{"bulkhead full", bulkhead.ErrFull, Transient, "bulkhead_full", "bulkhead full"},
 		{"budget", ErrBudgetExhausted, Transient, "budget_exhausted", "retry budget exhausted"},
 		// time
-		{"own attempt timeout", &TimeoutError{After: time.Second, Err: context.DeadlineExceeded}, Transient, "attempt_timeout", "attempt timeout"},
+		{"own attempt timeout", TimedOut(time.Second, context.DeadlineExceeded), Transient, "attempt_timeout", "attempt timeout"},
 		{"failsafe timeout", timeout.ErrExceeded, Transient, "attempt_timeout", "attempt timeout"},
 		{"caller canceled", context.Canceled, Canceled, "context.Canceled", "context canceled"},
 		{"caller deadline", fmt.Errorf("call: %w", context.DeadlineExceeded), Canceled, "context.DeadlineExceeded", "context deadline exceeded"},
 		// programming
-		{"panic", &PanicError{Value: "boom"}, Programming, "panic", "panic"},
+		{"panic", Recovered("boom", nil), Programming, "panic", "panic"},
 		{"unsupported", fmt.Errorf("streaming: %w", errors.ErrUnsupported), Programming, "errors.ErrUnsupported", "unsupported"},
 		// context overflow
 		{"openai overflow", api(400, "context_length_exceeded", "This model's maximum context length is 128000 tokens"), ContextOverflow, "context_length_exceeded", "http 400 context_length_exceeded"},
@@ -139,9 +139,9 @@ func TestClassifyOrder(t *testing.T) {
 		class Class
 	}{
 		{"explicit beats everything", &Error{Class: Permanent, Err: api(503, "", "")}, Permanent},
-		{"own timeout beats the context error it wraps", &TimeoutError{Err: context.DeadlineExceeded}, Transient},
+		{"own timeout beats the context error it wraps", TimedOut(0, context.DeadlineExceeded), Transient},
 		{"canceled beats a transient message", fmt.Errorf("503 overloaded: %w", context.Canceled), Canceled},
-		{"panic beats the error it carries", &PanicError{Value: api(503, "", "")}, Programming},
+		{"panic beats the error it carries", Recovered(api(503, "", ""), nil), Programming},
 		{"overflow beats a 429", api(429, "context_length_exceeded", ""), ContextOverflow},
 		{"overflow text beats quota", api(429, "insufficient_quota", "maximum context length"), ContextOverflow},
 		{"quota beats 429", api(429, "insufficient_quota", "rate limit"), Fatal},
@@ -165,15 +165,15 @@ func TestClassifySeesThroughWrapping(t *testing.T) {
 	assert.Equal(t, Transient, c.Class, "failsafe-go's ExceededError is as transient as its last error")
 	assert.Equal(t, "503", c.Type)
 
-	failed := &FailedError{Layer: "session", Outcome: OutcomeFailedExhausted, Err: api(401, "invalid_api_key", "")}
+	failed := &Error{Layer: "session", Outcome: OutcomeFailedExhausted, Err: api(401, "invalid_api_key", "")}
 	assert.Equal(t, Permanent, Classify(failed).Class)
 	assert.ErrorIs(t, failed, retrypolicy.ErrExceeded)
 }
 
 func TestRetryAfterCarried(t *testing.T) {
-	c := Classify(&APIError{StatusCode: 429, RetryAfter: 3 * time.Second})
+	c := Classify(&Error{StatusCode: 429, RetryAfter: 3 * time.Second})
 	assert.Equal(t, 3*time.Second, c.RetryAfter)
-	rej := &RejectedError{Policy: "circuit_breaker", RetryAfter: 43 * time.Second, Err: circuitbreaker.ErrOpen}
+	rej := Rejection(TypeCircuitOpen, "", 43*time.Second, circuitbreaker.ErrOpen)
 	c = Classify(fmt.Errorf("tool: %w", rej))
 	assert.Equal(t, Transient, c.Class)
 	assert.Equal(t, 43*time.Second, c.RetryAfter)
@@ -207,7 +207,7 @@ func TestInnerDeadlineIsRetried(t *testing.T) {
 	})
 	require.Error(t, err)
 	assert.Equal(t, 3, calls)
-	var fe *FailedError
+	var fe *Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, Transient, fe.Class)
 
@@ -246,11 +246,11 @@ func TestRedactKeepsPlainMessages(t *testing.T) {
 // identifier, is written neither into error.type nor into the reason.
 func TestUnsafeCodeIsNotWritten(t *testing.T) {
 	for _, code := range []string{"sk-proj-abcdefghijklmnop0123", "invalid key: Bearer abcdefghijklmnopqrstuvwxyz", strings.Repeat("x", 65)} {
-		c := Classify(&APIError{StatusCode: 401, Code: code, Message: "no"})
+		c := Classify(&Error{StatusCode: 401, Code: code, Message: "no"})
 		assert.Equal(t, Permanent, c.Class)
 		assert.Equal(t, "401", c.Type, code)
 		assert.NotContains(t, c.Reason, code)
-		assert.NotContains(t, (&APIError{StatusCode: 401, Code: code}).Error(), "abcdefghijklmnop")
+		assert.NotContains(t, (&Error{StatusCode: 401, Code: code}).Error(), "abcdefghijklmnop")
 	}
-	assert.Equal(t, "invalid_api_key", Classify(&APIError{StatusCode: 401, Code: "invalid_api_key"}).Type)
+	assert.Equal(t, "invalid_api_key", Classify(&Error{StatusCode: 401, Code: "invalid_api_key"}).Type)
 }

@@ -18,11 +18,11 @@ import (
 // This file is the one decoder of provider answers. Whoever made the call
 // (retrace's providers, a user's own openai-go or anthropic-sdk-go client,
 // eino-ext's go-openai copy, a genkit plugin), the same HTTP answer becomes
-// the same *APIError, and so the same Classification. The core imports no
+// the same *Error, and so the same Classification. The core imports no
 // SDK: it recognises their errors by their shape (see apiShape), which every
 // version of those SDKs has kept.
 
-// maxAPIMessage is the longest provider message an *APIError keeps.
+// maxAPIMessage is the longest provider message an *Error keeps.
 const maxAPIMessage = engine.CapAPIMessage
 
 // maxErrorBody is how much of an error answer's body is read: enough to
@@ -30,15 +30,15 @@ const maxAPIMessage = engine.CapAPIMessage
 // first), bounded so that an answer of any size costs no more.
 const maxErrorBody = 1 << 20
 
-// APIErrorFrom reads an error answer: its status, Retry-After, and an
+// ErrorFrom reads an error answer: its status, Retry-After, and an
 // OpenAI- or Anthropic-style body ({"error": {"type", "code", "message"}},
 // or {"error": "message"}). It reads at most 1 MiB of the body and puts
 // what it read back, so the response can still be read in full. The code
 // and type are found wherever they are in what it read, after a message of
 // any length, and in a body cut short; the message is cut to at most 1 KiB,
 // at a character boundary, the cut marked with "…".
-func APIErrorFrom(resp *http.Response) *APIError {
-	e := &APIError{StatusCode: resp.StatusCode, RetryAfter: engine.ParseRetryAfter(resp.Header, time.Now())}
+func ErrorFrom(resp *http.Response) *Error {
+	e := &Error{StatusCode: resp.StatusCode, RetryAfter: engine.ParseRetryAfter(resp.Header, time.Now())}
 	if resp.Body == nil {
 		return e
 	}
@@ -57,14 +57,14 @@ func APIErrorFrom(resp *http.Response) *APIError {
 // decodeBody fills e's code and message from an error body:
 // {"error": {"code", "type", "message"}} or {"error": "message"}; a code
 // that is not a string gives way to the type.
-func decodeBody(e *APIError, body []byte) {
+func decodeBody(e *Error, body []byte) {
 	if f := scanError(body); f.envelope {
 		fill(e, f.inner)
 	}
 }
 
 // fill sets e's code and message from an error object's fields.
-func fill(e *APIError, f errorFields) {
+func fill(e *Error, f errorFields) {
 	e.Message = f.message
 	if f.code != "" {
 		e.Code = f.code
@@ -179,8 +179,8 @@ func skipRest(dec *json.Decoder, depth int) {
 // error event whose code no rule knows is still Transient, with error.type
 // "stream_error": a provider that fails in the middle of an answer may not
 // the next time.
-func ErrorEventFrom(data []byte) *APIError {
-	e := &APIError{event: true}
+func ErrorEventFrom(data []byte) *Error {
+	e := &Error{event: true}
 	switch f := scanError(data); {
 	case f.envelope:
 		fill(e, f.inner)
@@ -192,8 +192,8 @@ func ErrorEventFrom(data []byte) *APIError {
 	return e
 }
 
-// AsAPIError returns the provider's answer that err stands for, wherever in
-// its chain it is and whoever decoded it: retrace's own *APIError, or an
+// AsAnswer returns the provider's answer that err stands for, wherever in
+// its chain it is and whoever decoded it: retrace's own *Error, or an
 // SDK's error recognised by its shape:
 //
 //   - openai-go (v1, v3) and anthropic-sdk-go: StatusCode, Code/Type (a
@@ -208,25 +208,28 @@ func ErrorEventFrom(data []byte) *APIError {
 // An error in a 2xx answer (anthropic-sdk-go's mid-stream error event) is an
 // error event, without a status. The answer's message is cut to
 // 1 KiB.
-func AsAPIError(err error) (*APIError, bool) {
+func AsAnswer(err error) (*Error, bool) {
 	api, _ := providerAnswer(err)
 	return api, api != nil
 }
 
-// providerAnswer is AsAPIError, and whether the answer was decoded from an
-// SDK's error rather than found as an *APIError.
-func providerAnswer(err error) (api *APIError, decoded bool) {
+// providerAnswer is AsAnswer, and whether the answer was decoded from an
+// SDK's error rather than found as an *Error.
+func providerAnswer(err error) (api *Error, decoded bool) {
 	var c chain
 	c.add(err)
 	return providerAnswerIn(&c)
 }
 
 // providerAnswerIn is providerAnswer on a chain already read: the first
-// error of it that is an *APIError, or that has an SDK's error's shape.
-func providerAnswerIn(c *chain) (*APIError, bool) {
+// error of it that is an *Error, or that has an SDK's error's shape.
+func providerAnswerIn(c *chain) (*Error, bool) {
 	for _, err := range c.all() {
-		if e, ok := err.(*APIError); ok {
-			return e, false
+		if e, ok := err.(*Error); ok {
+			if e.answer() {
+				return e, false
+			}
+			continue // a layer's stop, a class of its own: what it wraps may be an answer
 		}
 		if e := apiShape(err); e != nil {
 			return e, true
@@ -257,8 +260,8 @@ var (
 )
 
 // apiShape decodes an SDK's error by its exported fields, or returns nil
-// when err has not the shape of a provider's answer (see AsAPIError).
-func apiShape(err error) *APIError {
+// when err has not the shape of a provider's answer (see AsAnswer).
+func apiShape(err error) *Error {
 	if t := reflect.TypeOf(err); t == textTypes[0] || t == textTypes[1] || t == textTypes[2] {
 		return nil
 	}
@@ -284,7 +287,7 @@ func apiShape(err error) *APIError {
 		}
 		return nil // no SDK's shape: most errors, made for nothing if e were made first
 	}
-	e := &APIError{}
+	e := &Error{}
 	if hasStatus {
 		e.Message = engine.Truncate(stringField(v, "Message"), maxAPIMessage)
 		e.Code = codeField(v)

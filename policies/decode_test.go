@@ -153,25 +153,25 @@ func TestErrorShapesDecoded(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		err  error
-		want *APIError // nil: not a provider's answer
+		want *Error // nil: not a provider's answer
 	}{
 		{"go-openai quota", &goOpenAIError{Code: "insufficient_quota", Message: "Quota.", Type: "insufficient_quota", HTTPStatusCode: 429},
-			&APIError{StatusCode: 429, Code: "insufficient_quota", Message: "Quota."}},
+			&Error{StatusCode: 429, Code: "insufficient_quota", Message: "Quota."}},
 		{"go-openai without a code", &goOpenAIError{Message: "Bad.", Type: "invalid_request_error", HTTPStatusCode: 400},
-			&APIError{StatusCode: 400, Code: "invalid_request_error", Message: "Bad."}},
+			&Error{StatusCode: 400, Code: "invalid_request_error", Message: "Bad."}},
 		{"go-openai numeric code", &goOpenAIError{Code: float64(529), Message: "Busy.", HTTPStatusCode: 529},
-			&APIError{StatusCode: 529, Code: "529", Message: "Busy."}},
+			&Error{StatusCode: 529, Code: "529", Message: "Busy."}},
 		{"go-openai request error with a body", &goOpenAIRequestError{HTTPStatusCode: 402, Body: []byte(`{"error":{"code":"billing_error","message":"Pay."}}`)},
-			&APIError{StatusCode: 402, Code: "billing_error", Message: "Pay."}},
+			&Error{StatusCode: 402, Code: "billing_error", Message: "Pay."}},
 		{"go-openai request error of a refused connection", &goOpenAIRequestError{Err: errors.New("connection refused")}, nil},
 		{"genai", genaiError{Code: 429, Message: "Resource exhausted.", Status: "RESOURCE_EXHAUSTED"},
-			&APIError{StatusCode: 429, Code: "RESOURCE_EXHAUSTED", Message: "Resource exhausted."}},
+			&Error{StatusCode: 429, Code: "RESOURCE_EXHAUSTED", Message: "Resource exhausted."}},
 		{"a struct with a Code that is no status", genaiError{Code: 7, Message: "x", Status: "y"}, nil},
 		{"plain", errors.New("plain"), nil},
 		{"nil pointer", (*goOpenAIError)(nil), nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := AsAPIError(fmt.Errorf("wrapped: %w", tc.err))
+			got, ok := AsAnswer(fmt.Errorf("wrapped: %w", tc.err))
 			if tc.want == nil {
 				assert.False(t, ok, "%+v", got)
 				return
@@ -192,7 +192,7 @@ func TestDecodedMessageBounded(t *testing.T) {
 	for i := range long {
 		long[i] = 'x'
 	}
-	got, ok := AsAPIError(&goOpenAIError{Message: string(long), HTTPStatusCode: 500})
+	got, ok := AsAnswer(&goOpenAIError{Message: string(long), HTTPStatusCode: 500})
 	require.True(t, ok)
 	assert.LessOrEqual(t, len(got.Message), 1<<10)
 }

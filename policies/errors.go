@@ -2,16 +2,8 @@ package policies
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"time"
-
-	"github.com/failsafe-go/failsafe-go/bulkhead"
-	"github.com/failsafe-go/failsafe-go/circuitbreaker"
-	"github.com/failsafe-go/failsafe-go/retrypolicy"
-	"github.com/failsafe-go/failsafe-go/timeout"
 
 	"github.com/retrace-go/retrace/internal/engine"
 )
@@ -34,14 +26,6 @@ const (
 	OutcomeStepLimit         Outcome = "step_limit"         // an agent loop reached its MaxSteps: the last cost boundary
 )
 
-// OutcomeError is an error that says which outcome it ends a layer with,
-// such as an agent loop's step limit. A layer that fails with one takes its
-// outcome instead of deriving one from the error's class.
-type OutcomeError interface {
-	error
-	Outcome() Outcome
-}
-
 // Failed reports whether the outcome is a failure.
 func (o Outcome) Failed() bool {
 	return o != OutcomeSuccess && o != OutcomeSuccessAfterRetry && o != ""
@@ -51,36 +35,6 @@ func (o Outcome) Failed() bool {
 // refused (see [WithTaskBudget]).
 var ErrBudgetExhausted = errors.New("task retry budget exhausted")
 
-// FailedError is the error a retrying layer returns when it gives up: why it
-// stopped, after how many attempts, and the last attempt's error, which
-// errors.Is and errors.As see through to. It carries the last error's
-// classification, so that the layers above read it instead of classifying
-// the error again; a layer above that stops on it after one attempt, with
-// the same outcome, returns it unchanged.
-type FailedError struct {
-	Layer    string        // the layer's name, empty for a bare policy
-	Outcome  Outcome       // why the layer stopped
-	Attempts int           // attempts made, the first included
-	Class    Class         // the last error's class
-	Type     string        // the last error's error.type
-	Reason   string        // the rule that classified it (its Classification's Reason)
-	Detail   string        // the outcome in a clause, when it came before the attempts ran out: "the task's retry budget of 2 is spent"
-	Err      error         // the last attempt's error
-	retry    time.Duration // the last error's Retry-After hint
-	cause    error         // the context's cause, when the caller's context ended the call
-	known    []string      // the secrets of the layer's context, redacted by exact value
-	diag     atomic.Pointer[string]
-}
-
-func (e *FailedError) Error() string {
-	if e.Layer == "" {
-		return e.Diagnosis()
-	}
-	return e.Layer + ": " + e.Diagnosis()
-}
-
-func (e *FailedError) Unwrap() error { return e.Err }
-
 // Underlying is the error beneath retrace's layers in err: the last
 // attempt's error of the innermost layer that failed, or err itself when no
 // layer's failure is in it. It is what a span status, a turn's error text
@@ -88,49 +42,38 @@ func (e *FailedError) Unwrap() error { return e.Err }
 // layers' narration around it.
 func Underlying(err error) error {
 	for {
-		fe, ok := errors.AsType[*FailedError](err)
-		if !ok || fe.Err == nil {
+		fe, ok := errors.AsType[*Error](err)
+		if !ok || fe.Outcome == "" || fe.Err == nil {
 			return err
 		}
 		err = fe.Err
 	}
 }
 
-// Is makes a layer that ran out of attempts match failsafe-go's
-// retrypolicy.ErrExceeded, one refused by the task budget match
-// ErrBudgetExhausted, and one whose caller's context ended match
-// context.Canceled or context.DeadlineExceeded, whatever its last attempt
-// returned.
-func (e *FailedError) Is(target error) bool {
-	switch target {
-	case retrypolicy.ErrExceeded:
-		return e.Outcome == OutcomeFailedExhausted
-	case ErrBudgetExhausted:
-		return e.Outcome == OutcomeBudgetExhausted
-	}
-	return e.cause != nil && errors.Is(e.cause, target)
-}
-
 // Diagnosis says why the layer stopped, in the words users search for:
 // "failed permanently: …", "failed after 3 attempts: …". Secrets are
 // redacted. It is worded once per error, when first asked for.
-func (e *FailedError) Diagnosis() string {
-	if d := e.diag.Load(); d != nil {
-		return *d
+func (e *Error) Diagnosis() string {
+	if e.diag != nil {
+		if d := e.diag.text.Load(); d != nil {
+			return *d
+		}
 	}
 	d := e.diagnose()
 	if len(e.known) > 0 {
 		d = engine.RedactKnown(d, e.known) // the reason and type too: they are worded from the error's fields
 	}
-	e.diag.Store(&d)
+	if e.diag != nil {
+		e.diag.text.Store(&d)
+	}
 	return d
 }
 
-func (e *FailedError) diagnose() string {
+func (e *Error) diagnose() string {
 	var b strings.Builder
 	b.Grow(diagnosisGrow)
 	bracket := func() {
-		if _, inner := errors.AsType[*FailedError](e.Err); !inner {
+		if inner, ok := errors.AsType[*Error](e.Err); !ok || inner.Outcome == "" {
 			// The innermost layer says why; the layers above repeat its words.
 			b.WriteString(" [")
 			b.WriteString(string(e.Class))
@@ -229,10 +172,10 @@ func brief(err error, known ...string) string {
 		return "<nil>"
 	}
 	var s string
-	switch e := err.(type) {
-	case *FailedError:
+	switch e, ok := err.(*Error); {
+	case ok && e.Outcome != "":
 		s = e.Error() // redacted already, once, where it was worded
-	case *APIError:
+	case ok && e.Type != typeStreamDropped && (e.StatusCode != 0 || e.Code != "" || e.Message != ""):
 		s = Redact(e.text(), known...)
 	default:
 		s = engine.ErrorText(err)
@@ -259,52 +202,3 @@ func oneLine(s string) string {
 	}
 	return s
 }
-
-// RejectedError is a call that a policy refused before it reached the
-// handler: an open circuit breaker or a full bulkhead. It matches
-// circuitbreaker.ErrOpen or bulkhead.ErrFull with errors.Is.
-type RejectedError struct {
-	Policy     string        // "circuit_breaker" or "bulkhead"
-	Name       string        // the breaker's name, if it has one
-	RetryAfter time.Duration // when a call may pass again (the breaker's remaining cool-down), 0 if unknown
-	Err        error         // circuitbreaker.ErrOpen or bulkhead.ErrFull
-}
-
-func (e *RejectedError) Error() string {
-	name := e.Name
-	if name != "" {
-		name += ": "
-	}
-	if e.RetryAfter > 0 {
-		return fmt.Sprintf("%s%v (retry in %s)", name, e.Err, e.RetryAfter.Round(time.Millisecond))
-	}
-	return name + e.Err.Error()
-}
-
-func (e *RejectedError) Unwrap() error { return e.Err }
-
-// typ is the rejection's error.type.
-func (e *RejectedError) typ() string {
-	switch {
-	case errors.Is(e.Err, circuitbreaker.ErrOpen):
-		return "circuit_open"
-	case errors.Is(e.Err, bulkhead.ErrFull):
-		return "bulkhead_full"
-	}
-	return e.Policy + "_rejected"
-}
-
-// TimeoutError is an attempt cut by a per-attempt timeout of the layer's own:
-// Transient, unlike the caller's deadline. It matches timeout.ErrExceeded.
-type TimeoutError struct {
-	After time.Duration // the limit
-	Err   error         // what the handler returned when it was cut, if anything
-}
-
-func (e *TimeoutError) Error() string {
-	return fmt.Sprintf("attempt timed out after %s", e.After)
-}
-
-func (e *TimeoutError) Is(target error) bool { return target == timeout.ErrExceeded }
-
-func (e *TimeoutError) Unwrap() error { return e.Err }

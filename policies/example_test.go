@@ -14,9 +14,9 @@ import (
 
 func ExampleClassify() {
 	for _, err := range []error{
-		&policies.APIError{StatusCode: 429, Code: "rate_limit_exceeded", RetryAfter: 3 * time.Second},
-		&policies.APIError{StatusCode: 429, Code: "insufficient_quota"},
-		&policies.APIError{StatusCode: 400, Code: "context_length_exceeded"},
+		&policies.Error{StatusCode: 429, Code: "rate_limit_exceeded", RetryAfter: 3 * time.Second},
+		&policies.Error{StatusCode: 429, Code: "insufficient_quota"},
+		&policies.Error{StatusCode: 400, Code: "context_length_exceeded"},
 		errors.New("openai-codex: login expired"),
 		errors.New(""), // a stream that dropped without a word
 	} {
@@ -38,7 +38,7 @@ func ExampleNewRetry() {
 	calls := 0
 	_, err := failsafe.With(policies.NewRetry[string](cfg)).Get(func() (string, error) {
 		calls++
-		return "", &policies.APIError{StatusCode: 503, Message: "service unavailable"}
+		return "", &policies.Error{StatusCode: 503, Message: "service unavailable"}
 	})
 	fmt.Println(calls, "calls, slept", clk.Slept())
 	fmt.Println(err)

@@ -22,7 +22,7 @@ func FuzzClassify(f *testing.F) {
 	f.Add(0, "overloaded_error", "Overloaded", true)
 	f.Add(-1, "\xff\xfe", "connection refused\x00", true)
 	f.Fuzz(func(t *testing.T, status int, code, msg string, wrap bool) {
-		api := &APIError{StatusCode: status, Code: code, Message: msg}
+		api := &Error{StatusCode: status, Code: code, Message: msg}
 		var err error = api
 		if wrap {
 			err = fmt.Errorf("calling the provider: %w", err)

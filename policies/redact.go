@@ -1057,10 +1057,10 @@ func hasLetterAndDigit(s string) bool {
 }
 
 // redactAPIErrors redacts the known values in the code and message of each
-// *APIError in err's chain, in place: retrace built them from a provider's
+// *Error in err's chain, in place: retrace built them from a provider's
 // answer, which may echo the key it was sent, and errors.As on the error a
 // layer returns must not find it there. It looks at as many errors as
-// AsAPIError does.
+// AsAnswer does.
 func redactAPIErrors(err error, known []string) {
 	seen := 0
 	redactAPIChain(err, known, 0, &seen)
@@ -1069,7 +1069,7 @@ func redactAPIErrors(err error, known []string) {
 func redactAPIChain(err error, known []string, depth int, seen *int) {
 	for ; err != nil && depth < 16 && *seen < maxChain; depth++ {
 		*seen++
-		if e, ok := err.(*APIError); ok {
+		if e, ok := err.(*Error); ok {
 			e.Code, e.Message = engine.RedactKnown(e.Code, known), engine.RedactKnown(e.Message, known)
 		}
 		switch u := err.(type) {

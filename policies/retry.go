@@ -218,7 +218,7 @@ func (a *execAttempter[R]) Attempt(ctx context.Context, n int, _ time.Duration) 
 func (a *execAttempter[R]) Judge(ctx context.Context, err error) engine.Failure {
 	var f engine.Failure
 	a.cls, f = a.e.Judge(ctx, nil, err)
-	if _, ok := err.(*RejectedError); ok {
+	if e, ok := err.(*Error); ok && isRejection(e) {
 		f.Rejected, f.Held = true, false
 	}
 	return f
@@ -270,18 +270,19 @@ func (judge) Judged(ctx context.Context, cls Classification, err error) (Classif
 		}
 	}
 	f := engine.Failure{Class: string(cls.Class), RetryAfter: cls.RetryAfter}
-	if rej, ok := errors.AsType[*RejectedError](err); ok && rej.Policy == "circuit_breaker" {
+	if rej, ok := errors.AsType[*Error](err); ok && rej.Type == typeCircuitOpen && rej.Outcome == "" {
 		f.Held = true
 	}
 	return cls, f
 }
 
-// Fail is the error a layer returns when it stops: a *FailedError that says
-// why, or, when the layer made one attempt and stops on an inner layer's
-// *FailedError for the same reason, that error unchanged, so that a
+// Fail is the error a layer returns when it stops: an *Error that says why
+// (and carries the server's answer, if the failure was one), or, when the
+// layer made one attempt and stops on an inner layer's stop for the same
+// reason, that error unchanged, so that a
 // failure reads once however many layers it crosses.
 func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Classification) error {
-	if inner, ok := rep.Err.(*FailedError); ok && rep.Attempts == 1 && rep.Why == "" && rep.Cause == nil &&
+	if inner, ok := rep.Err.(*Error); ok && inner.Outcome != "" && rep.Attempts == 1 && rep.Why == "" && rep.Cause == nil &&
 		string(inner.Outcome) == rep.Outcome {
 		return inner
 	}
@@ -289,9 +290,15 @@ func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Clas
 	if rep.Cause != nil {
 		class = Canceled
 	}
-	fe := &FailedError{
+	s := &struct {
+		e Error
+		d diagnosis
+	}{}
+	fe := &s.e
+	*fe = Error{
+		diag:  &s.d,
 		Layer: layer, Outcome: Outcome(rep.Outcome), Attempts: rep.Attempts, Class: class, Type: cls.Type,
-		Reason: cls.Reason, Detail: rep.Why, Err: rep.Err, retry: cls.RetryAfter, cause: rep.Cause,
+		Reason: cls.Reason, Detail: rep.Why, Err: rep.Err, RetryAfter: cls.RetryAfter, cause: rep.Cause,
 		known: engine.SecretsFrom(ctx),
 	}
 	if fe.Err == nil {
@@ -302,6 +309,18 @@ func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Clas
 	}
 	if len(fe.known) > 0 {
 		redactAPIErrors(fe.Err, fe.known)
+	}
+	if cls.Class == Programming {
+		if p, ok := errors.AsType[*Error](rep.Err); ok {
+			fe.Stack = p.Stack // a panic's stack, for the one errors.As
+		}
+	}
+	if a := cls.answer; a != nil {
+		// The answer rides on the stop, so that one errors.As reads it.
+		fe.StatusCode, fe.Code, fe.Message = a.StatusCode, a.Code, a.Message
+		if len(fe.known) > 0 && a != fe.Err {
+			fe.Code, fe.Message = engine.RedactKnown(fe.Code, fe.known), engine.RedactKnown(fe.Message, fe.known)
+		}
 	}
 	return fe
 }

@@ -40,7 +40,7 @@ func TestPresets(t *testing.T) {
 			calls := 0
 			_, err := failsafe.With(NewRetry[int](tt.cfg)).Get(func() (int, error) {
 				calls++
-				return 0, &APIError{StatusCode: 503}
+				return 0, &Error{StatusCode: 503}
 			})
 			require.Error(t, err)
 			assert.Equal(t, tt.max, calls)
@@ -87,10 +87,10 @@ func TestRetryUnderFailsafeWith(t *testing.T) {
 	calls = 0
 	_, err = failsafe.With(retry).Get(func() (string, error) {
 		calls++
-		return "", &APIError{StatusCode: 400, Code: "invalid_request_error"}
+		return "", &Error{StatusCode: 400, Code: "invalid_request_error"}
 	})
 	assert.Equal(t, 1, calls, "permanent: no retry")
-	var fe *FailedError
+	var fe *Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, OutcomeFailedPermanent, fe.Outcome)
 	assert.Regexp(t, `^failed permanently: 400 invalid_request_error \[permanent: http 400 invalid_request_error\]$`, fe.Diagnosis())
@@ -116,10 +116,10 @@ func TestRetryWithBreakerUnderFailsafeWith(t *testing.T) {
 	calls := 0
 	_, err := failsafe.With(retry, breaker).Get(func() (string, error) {
 		calls++
-		return "", &APIError{StatusCode: 503}
+		return "", &Error{StatusCode: 503}
 	})
 	assert.Equal(t, 2, calls, "the breaker opened after 2 failures and the retry stopped at its rejection")
-	var fe *FailedError
+	var fe *Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, OutcomeRejected, fe.Outcome)
 	assert.ErrorIs(t, err, circuitbreaker.ErrOpen)
@@ -148,16 +148,16 @@ func TestBreakerCountsOnlyTransient(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	cb := NewCircuitBreaker[string](BreakerConfig{Clock: clk})
 	for range 4 {
-		cb.RecordError(&APIError{StatusCode: 503})
+		cb.RecordError(&Error{StatusCode: 503})
 	}
-	cb.RecordError(&APIError{StatusCode: 400}) // the service answered: resets the count
+	cb.RecordError(&Error{StatusCode: 400}) // the service answered: resets the count
 	for range 4 {
-		cb.RecordError(&APIError{StatusCode: 503})
+		cb.RecordError(&Error{StatusCode: 503})
 	}
 	cb.RecordError(context.Canceled) // says nothing about the downstream
 	cb.RecordError(errors.New("weird"))
 	assert.True(t, cb.IsClosed(), "4 consecutive transient failures do not open it")
-	cb.RecordError(&APIError{StatusCode: 529})
+	cb.RecordError(&Error{StatusCode: 529})
 	assert.True(t, cb.IsOpen())
 	assert.Equal(t, 60*time.Second, cb.RemainingDelay())
 
@@ -175,12 +175,12 @@ func TestBreakerCountsOnlyTransient(t *testing.T) {
 }
 
 func TestFailedErrorMessages(t *testing.T) {
-	err := &FailedError{Layer: "runtime", Outcome: OutcomeFailedExhausted, Attempts: 3, Err: &APIError{StatusCode: 503}}
+	err := &Error{Layer: "runtime", Outcome: OutcomeFailedExhausted, Attempts: 3, Err: &Error{StatusCode: 503}}
 	assert.Equal(t, "runtime: failed after 3 attempts: 503", err.Error())
-	unknown := &FailedError{Outcome: OutcomeFailedUnknown, Attempts: 1, Class: Unknown, Err: errors.New("weird")}
+	unknown := &Error{Outcome: OutcomeFailedUnknown, Attempts: 1, Class: Unknown, Err: errors.New("weird")}
 	assert.NotContains(t, unknown.Error(), "permanently", "nothing unknown is called permanent")
-	assert.ErrorIs(t, &FailedError{Outcome: OutcomeBudgetExhausted}, ErrBudgetExhausted)
-	assert.NotErrorIs(t, &FailedError{Outcome: OutcomeFailedPermanent}, retrypolicy.ErrExceeded)
+	assert.ErrorIs(t, &Error{Outcome: OutcomeBudgetExhausted}, ErrBudgetExhausted)
+	assert.NotErrorIs(t, &Error{Outcome: OutcomeFailedPermanent}, retrypolicy.ErrExceeded)
 }
 
 // A config that leaves MaxAttempts zero takes its preset field by field and
@@ -204,7 +204,7 @@ func TestOrPresetKeepsWhatIsSet(t *testing.T) {
 	assert.Zero(t, own.OrPreset(ToolRetry).Backoff.Base, "a config of its own is not mixed with the preset")
 }
 
-// A provider that echoes the key it was sent puts it in the *APIError
+// A provider that echoes the key it was sent puts it in the *Error
 // retrace decodes; the layer that gives up redacts the known values in each
 // one in the chain, so that errors.As on its error finds none.
 func TestFailedErrorRedactsKnownValuesInItsAPIErrors(t *testing.T) {
@@ -212,12 +212,12 @@ func TestFailedErrorRedactsKnownValuesInItsAPIErrors(t *testing.T) {
 	ctx := WithSecrets(context.Background(), key)
 	for name, fail := range map[string]func() error{
 		"the last attempt's answer": func() error {
-			return &APIError{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: " + key}
+			return &Error{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: " + key}
 		},
 		"every answer of a joined chain": func() error {
 			return errors.Join(
-				fmt.Errorf("first: %w", &APIError{StatusCode: 403, Code: "denied_" + key, Message: "key " + key + " may not"}),
-				&APIError{StatusCode: 401, Message: key},
+				fmt.Errorf("first: %w", &Error{StatusCode: 403, Code: "denied_" + key, Message: "key " + key + " may not"}),
+				&Error{StatusCode: 401, Message: key},
 			)
 		},
 	} {
@@ -225,16 +225,16 @@ func TestFailedErrorRedactsKnownValuesInItsAPIErrors(t *testing.T) {
 			_, err := failsafe.With[int](NewRetry[int](RetryConfig{MaxAttempts: 2})).WithContext(ctx).Get(func() (int, error) {
 				return 0, fail()
 			})
-			var fe *FailedError
+			var fe *Error
 			require.ErrorAs(t, err, &fe)
-			var api *APIError
+			var api *Error
 			require.ErrorAs(t, err, &api)
 			assert.NotContains(t, api.Message, key)
 			assert.NotContains(t, api.Code, key)
 			assert.Contains(t, api.Message, "[REDACTED]")
 			var all []string
 			for _, e := range unwrapAll(err) {
-				if a, ok := e.(*APIError); ok {
+				if a, ok := e.(*Error); ok {
 					all = append(all, a.Code, a.Message)
 				}
 			}
@@ -247,7 +247,7 @@ func TestFailedErrorRedactsKnownValuesInItsAPIErrors(t *testing.T) {
 	}
 
 	// Without known values the provider's words are kept as they are.
-	api := &APIError{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: " + key}
+	api := &Error{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: " + key}
 	_, err := failsafe.With[int](NewRetry[int](RetryConfig{MaxAttempts: 1})).Get(func() (int, error) { return 0, api })
 	require.Error(t, err)
 	assert.Equal(t, "Incorrect API key provided: "+key, api.Message)

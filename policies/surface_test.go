@@ -58,7 +58,7 @@ func TestSurfaceIsSmall(t *testing.T) {
 	t.Logf("%d top-level exported names", len(names))
 	// 52, the fleet's State, MemoryState, NewMemoryState, WithSharedTaskBudget,
 	// RetryBudget{,Config}, NewRetryBudget, and the decoder of provider
-	// answers: APIErrorFrom, ErrorEventFrom, AsAPIError, and StreamError;
+	// answers: ErrorFrom, ErrorEventFrom, AsAnswer, and StreamError;
 	// Underlying, the one reading of the error beneath the layers; the
 	// class UserAction and its outcome, failed_transient, and RedactValue,
 	// the one rule for an identifier that may echo a secret.

@@ -19,7 +19,7 @@ type Timeout[R any] struct {
 
 // NewTimeout builds a timeout that cancels an attempt's context after limit
 // (of clk's time; nil → the layer's clock, else the wall clock) and fails the
-// attempt with a *[TimeoutError], which is Transient and matches
+// attempt with an *[Error] of type attempt_timeout, which is Transient and matches
 // timeout.ErrExceeded. Placed after a retry policy it bounds each attempt;
 // before it, the whole call.
 func NewTimeout[R any](limit time.Duration, clk clock.Clock) *Timeout[R] {
@@ -54,7 +54,7 @@ func (e *timeoutExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.Pol
 		ex := exec.(policy.ExecutionInternal[R]).CopyForCancellable().(policy.ExecutionInternal[R])
 		var result atomic.Pointer[common.PolicyResult[R]]
 		timer := engine.Or(e.clk).AfterFunc(e.limit, func() {
-			r := &common.PolicyResult[R]{Error: &TimeoutError{After: e.limit}, Done: true}
+			r := &common.PolicyResult[R]{Error: timedOut(e.limit, nil), Done: true}
 			if result.CompareAndSwap(nil, r) {
 				ex.Cancel(r)
 			}
@@ -65,4 +65,16 @@ func (e *timeoutExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.Pol
 		}
 		return result.Load()
 	}
+}
+
+// Expired is the error of an attempt that this timeout cut, wrapping what
+// the handler returned when it was cut.
+func (e *timeoutExecutor[R]) Expired(err error) error { return timedOut(e.limit, err) }
+
+// timedOut is an attempt cut by a per-attempt timeout of the layer's own
+// after limit: Transient, unlike the caller's deadline, and a match for
+// timeout.ErrExceeded.
+func timedOut(limit time.Duration, err error) *Error {
+	return &Error{Class: Transient, Type: typeAttemptTimeout, Reason: "attempt timeout",
+		Message: "attempt timed out after " + limit.String(), Err: err}
 }

@@ -123,7 +123,7 @@ func TestTraceCountsThroughABreaker(t *testing.T) {
 			return "", err
 		}
 		_ = resp.Body.Close()
-		return "", &policies.APIError{StatusCode: resp.StatusCode}
+		return "", &policies.Error{StatusCode: resp.StatusCode}
 	})
 
 	check := func(wantRequests int) {

@@ -49,10 +49,10 @@ func TestRejectedKeyReadsOnce(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, policies.OutcomeFailedPermanent, ee.Outcome)
 	assert.Equal(t, 1, strings.Count(ee.Diagnosis, "permanently"), ee.Diagnosis)
-	var api *policies.APIError
+	var api *policies.Error
 	require.ErrorAs(t, err, &api)
 	assert.Equal(t, 401, api.StatusCode)
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, "session", fe.Layer, "the session's failure, passed up unchanged")
 	assert.NotContains(t, err.Error(), "sk-test-0123456789abcdefghij")

@@ -40,13 +40,13 @@ type StepRecord struct {
 	Status     StepStatus      `json:"status"`
 	Key        string          `json:"idempotency_key"` // "<task id>/<step>"
 	Result     json.RawMessage `json:"result,omitempty"`
-	Error      *StepError      `json:"error,omitempty"`
+	Error      *StepFailure    `json:"error,omitempty"`
 	Attempts   int             `json:"attempts"`
 	FinishedAt time.Time       `json:"finished_at"`
 }
 
-// StepError is a recorded step failure.
-type StepError struct {
+// StepFailure is a recorded step failure.
+type StepFailure struct {
 	Class   string `json:"class"`
 	Type    string `json:"type"`
 	Message string `json:"message"` // redacted
@@ -65,7 +65,7 @@ type Store interface {
 	// its holder: a writer that crashed must not keep the task locked.
 	Lock(ctx context.Context, taskID string) (unlock func(), err error)
 	// Load returns the task's checkpoint, or nil and no error when the task
-	// has none. A checkpoint that cannot be read is a *CheckpointError: the
+	// has none. A checkpoint that cannot be read is an error made by [UnusableCheckpoint]: the
 	// task must not silently start over.
 	Load(ctx context.Context, taskID string) (*Checkpoint, error)
 	// Save replaces the task's checkpoint. It must never replace one that
@@ -87,19 +87,15 @@ var ErrCheckpointBehind error = &policies.Error{
 	Err: errors.New("a checkpoint never replaces one with more finished steps"),
 }
 
-// CheckpointError is a checkpoint that exists but cannot be used: truncated,
-// garbled, of another version or of another task, or at a path that is not
-// a regular file.
-type CheckpointError struct {
-	Path string // the file, or the store's name for it
-	Err  error
+// UnusableCheckpoint is the error of a checkpoint that exists but cannot be used:
+// truncated, garbled, of another version or of another task, or at a path
+// that is not a regular file. path is the file, or the store's name for it;
+// typ its error.type ("checkpoint_corrupt", …). It is Fatal: the task must
+// not silently start over, and no retry reads a different file.
+func UnusableCheckpoint(path, typ string, err error) error {
+	return &policies.Error{Class: policies.Fatal, Type: typ, Reason: "checkpoint unusable", Err: err,
+		Message: fmt.Sprintf("checkpoint %s cannot be used: %v; the task will not start over on its own: fix or delete the file to run it from the first step", path, err)}
 }
-
-func (e *CheckpointError) Error() string {
-	return fmt.Sprintf("checkpoint %s cannot be used: %v; the task will not start over on its own: fix or delete the file to run it from the first step", e.Path, e.Err)
-}
-
-func (e *CheckpointError) Unwrap() error { return e.Err }
 
 // IdempotencyKey is the key of a task's step: the same on every run, so that
 // a tool with side effects can recognise a step that committed but was not

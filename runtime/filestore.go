@@ -65,7 +65,7 @@ const fileStoreSuffix = ".checkpoint.json"
 // A failure of the file system, in Lock, Load or Save, is a *policies.Error
 // of class policies.Fatal and type "checkpoint_io": a task whose progress
 // cannot be read or saved must stop rather than run steps it cannot record.
-// A checkpoint that cannot be used is a *CheckpointError, classified Fatal
+// A checkpoint that cannot be used is a error made by UnusableCheckpoint, classified Fatal
 // too, of type "checkpoint_not_regular" for a path that is not a regular
 // file and "checkpoint_invalid" for a file whose contents are not a valid
 // checkpoint of the task. A Save that fails leaves the previous checkpoint
@@ -106,13 +106,6 @@ func fileStoreIOError(err error) error {
 	return &policies.Error{Class: policies.Fatal, Type: "checkpoint_io", Err: err}
 }
 
-// unusableCheckpoint reports the checkpoint file path, which cannot be used
-// for the reason err, as a *CheckpointError classified as described on
-// FileStore.
-func unusableCheckpoint(path, typ string, err error) error {
-	return &policies.Error{Class: policies.Fatal, Type: typ, Err: &CheckpointError{Path: path, Err: err}}
-}
-
 // Path returns the file that holds the checkpoint of taskID. It does not
 // check the ID: Load and Save do.
 func (s *FileStore) Path(taskID string) string {
@@ -124,7 +117,7 @@ func (s *FileStore) Path(taskID string) string {
 // device, a directory, a symbolic link wherever it points) and a file that
 // cannot be used (empty, truncated, garbled, followed by trailing data, with
 // unknown fields, of another version or another task, or with steps out of
-// order) are reported as a *CheckpointError whose Path is the file, without
+// order) are reported as a error made by UnusableCheckpoint whose Path is the file, without
 // waiting; Load never returns a partly decoded checkpoint. An invalid task
 // ID and a done ctx are returned as plain errors, a failure to read the file
 // as a Fatal *policies.Error. Load takes no lock: a Save replaces the file
@@ -149,13 +142,13 @@ func (s *FileStore) read(path, taskID, op string) (*Checkpoint, error) {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
 	case errors.As(err, &nr):
-		return nil, unusableCheckpoint(path, "checkpoint_not_regular", nr)
+		return nil, UnusableCheckpoint(path, "checkpoint_not_regular", nr)
 	case err != nil:
 		return nil, fileStoreIOError(fmt.Errorf("runtime: %s: %w", op, err))
 	}
 	cp, err := decodeCheckpointFile(data, taskID)
 	if err != nil {
-		return nil, unusableCheckpoint(path, "checkpoint_invalid", err)
+		return nil, UnusableCheckpoint(path, "checkpoint_invalid", err)
 	}
 	return cp, nil
 }
@@ -171,7 +164,7 @@ func (s *FileStore) read(path, taskID, op string) (*Checkpoint, error) {
 // with ErrTaskRunning if another store or process holds it. Under it, Save
 // reads the saved checkpoint and leaves it in place, returning an error:
 // matching ErrCheckpointBehind if it has more finished steps than cp, and
-// the *CheckpointError Load would return if it cannot be used (a newer
+// the error made by UnusableCheckpoint Load would return if it cannot be used (a newer
 // version's file included). A checkpoint with as many steps replaces it.
 //
 // The checkpoint is written as indented JSON to a temporary file in the

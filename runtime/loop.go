@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/attribute"
 	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
@@ -61,23 +62,6 @@ type LoopResult struct {
 // ErrStepLimit is matched (errors.Is) by a loop that reached its step
 // limit. It is Fatal: no layer above retries a task that used up its steps.
 var ErrStepLimit = &policies.Error{Class: policies.Fatal, Type: "step_limit", Err: errors.New("the agent loop reached its step limit")}
-
-// StepLimitError is a loop that reached MaxSteps without an answer. Its
-// layer's outcome is step_limit.
-type StepLimitError struct {
-	MaxSteps  int
-	ToolCalls int
-	Last      session.Message
-}
-
-func (e *StepLimitError) Error() string {
-	return fmt.Sprintf("the agent loop reached its step limit of %d turns (%d tool calls) without an answer", e.MaxSteps, e.ToolCalls)
-}
-
-func (e *StepLimitError) Unwrap() error { return ErrStepLimit }
-
-// Outcome implements policies.OutcomeError.
-func (e *StepLimitError) Outcome() policies.Outcome { return policies.OutcomeStepLimit }
 
 // ErrLoopConfig is matched (errors.Is) by a loop that cannot start: its
 // Session or Tools is missing. It is Programming: a bug in the caller,
@@ -167,7 +151,15 @@ func (l *Loop) loop(ctx context.Context, prompt string) (LoopResult, error) {
 			res.ToolCalls++
 		}
 		if step >= maxSteps {
-			return res, &StepLimitError{MaxSteps: maxSteps, ToolCalls: res.ToolCalls, Last: msg}
+			return res, stepLimit(maxSteps, res.ToolCalls)
 		}
 	}
+}
+
+// stepLimit is a loop that reached maxSteps without an answer: it ends the
+// loop's layer, and every layer above, with outcome step_limit, and matches
+// ErrStepLimit.
+func stepLimit(maxSteps, toolCalls int) error {
+	return &policies.Error{Class: policies.Fatal, Type: "step_limit", Reason: "step limit", Outcome: policies.OutcomeStepLimit,
+		Err: fmt.Errorf("%w of %d turns (%d tool calls) without an answer", ErrStepLimit, maxSteps, toolCalls)}
 }

@@ -126,9 +126,10 @@ func TestLoopStepLimit(t *testing.T) {
 
 	res, err := loop.Run(context.Background(), "loop forever")
 	require.ErrorIs(t, err, runtime.ErrStepLimit)
-	var sl *runtime.StepLimitError
-	require.ErrorAs(t, err, &sl)
-	assert.Equal(t, 3, sl.MaxSteps)
+	sl, ok := errors.AsType[*policies.Error](err)
+	require.True(t, ok)
+	assert.Equal(t, policies.OutcomeStepLimit, sl.Outcome)
+	assert.Contains(t, sl.Error(), "step limit of 3 turns")
 	assert.Equal(t, 3, res.ToolCalls)
 	assert.Equal(t, 3, srv.Requests())
 	assert.Equal(t, policies.Fatal, policies.Classify(err).Class, "no layer above retries a loop that used up its steps")
@@ -160,8 +161,8 @@ func TestLoopRefusesAMissingPart(t *testing.T) {
 	_, err = (&runtime.Loop{Session: conv}).Run(context.Background(), "hi")
 	require.ErrorIs(t, err, runtime.ErrLoopConfig)
 	assert.Contains(t, err.Error(), "Tools is nil")
-	var pe *policies.PanicError
-	assert.False(t, errors.As(err, &pe), "no recovered panic")
+	var pe *policies.Error
+	assert.False(t, errors.As(err, &pe) && pe.Type == "panic", "no recovered panic")
 	assert.Zero(t, conv.runs, "it did not start")
 }
 

@@ -81,7 +81,7 @@ func (r *Runtime) Exec(ctx context.Context, prompt string) (session.Message, err
 		return msg, nil
 	}
 	outcome, diag := policies.OutcomeFailedPermanent, ""
-	if fe, ok := errors.AsType[*policies.FailedError](err); ok {
+	if fe, ok := errors.AsType[*policies.Error](err); ok && fe.Outcome != "" {
 		outcome, diag = fe.Outcome, fe.Diagnosis()
 	}
 	return msg, &ExecError{Outcome: outcome, Attempts: rec.list(), Diagnosis: diag, Err: err}

@@ -41,7 +41,7 @@ func newRuntime(a runtime.Agent, clk clock.Clock, single bool) *runtime.Runtime 
 
 func TestExecExhausted(t *testing.T) {
 	clk := clock.NewVirtual(epoch)
-	e503 := &policies.APIError{StatusCode: 503, Message: "Service unavailable"}
+	e503 := &policies.Error{StatusCode: 503, Message: "Service unavailable"}
 	a, calls := agent(e503, e503, e503)
 	_, err := newRuntime(a, clk, false).Exec(context.Background(), "go")
 
@@ -53,7 +53,7 @@ func TestExecExhausted(t *testing.T) {
 	assert.Equal(t, []time.Duration{0, 1500 * time.Millisecond, 3 * time.Second}, []time.Duration{ee.Attempts[0].Delay, ee.Attempts[1].Delay, ee.Attempts[2].Delay})
 	assert.Equal(t, []time.Duration{1500 * time.Millisecond, 3 * time.Second}, clk.Slept(), "1.5 s and 3 s: the third attempt is the last, so no 6 s wait")
 	assert.Equal(t, policies.Transient, ee.Attempts[0].Class)
-	var api *policies.APIError
+	var api *policies.Error
 	assert.ErrorAs(t, err, &api)
 }
 
@@ -93,7 +93,7 @@ func TestExecPanicIsProgrammingError(t *testing.T) {
 	require.Len(t, ee.Attempts, 1)
 	assert.Equal(t, policies.Programming, ee.Attempts[0].Class)
 	assert.Contains(t, ee.Attempts[0].Message, "assignment to entry in nil map")
-	var pe *policies.PanicError
+	var pe *policies.Error
 	require.ErrorAs(t, err, &pe)
 	assert.Contains(t, string(pe.Stack), "runtime_test.TestExecPanicIsProgrammingError")
 }
@@ -106,7 +106,7 @@ func TestExecUnsupportedIsNotRetried(t *testing.T) {
 }
 
 func TestSingleOwner(t *testing.T) {
-	a, calls := agent(&policies.APIError{StatusCode: 503})
+	a, calls := agent(&policies.Error{StatusCode: 503})
 	r := newRuntime(a, clock.NewVirtual(epoch), true)
 	assert.Equal(t, 1, r.MaxAttempts())
 	_, err := r.Exec(context.Background(), "go")
@@ -128,7 +128,7 @@ func TestExecCanceled(t *testing.T) {
 }
 
 func TestExecBudget(t *testing.T) {
-	e503 := &policies.APIError{StatusCode: 503}
+	e503 := &policies.Error{StatusCode: 503}
 	a, calls := agent(e503, e503, e503)
 	ctx := policies.WithTaskBudget(context.Background(), 1)
 	_, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(ctx, "go")

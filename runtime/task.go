@@ -79,7 +79,7 @@ func (r *TaskReport) Failed() []int {
 // error matching ErrTaskRunning, running nothing. (Without a Store, runs
 // share nothing that a second one could spoil, and nothing is locked.) A
 // task that finds a checkpoint resumes after the last step recorded in it;
-// a checkpoint that cannot be read stops it with a *CheckpointError instead
+// a checkpoint that cannot be read stops it with an error made by UnusableCheckpoint instead
 // of starting over. A step that fails permanently is recorded (so a resumed
 // run does not call it again) and the task goes on; a fatal failure is
 // recorded and stops the task; a step that is still failing when its
@@ -110,7 +110,7 @@ func RunTask(ctx context.Context, task Task, cfg TaskConfig) (*TaskReport, error
 		}
 		if loaded != nil {
 			if err := matches(loaded, task); err != nil {
-				return nil, &CheckpointError{Path: task.ID, Err: err}
+				return nil, UnusableCheckpoint(task.ID, "checkpoint_mismatch", err)
 			}
 			cp = loaded
 		}
@@ -151,8 +151,7 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 			return st.Run(ctx, sc)
 		})(ctx, sc)
 		rec := StepRecord{Step: n, Name: st.Name, Key: sc.Key, Attempts: attempts, FinishedAt: cfg.Now().UTC()}
-		var fe *policies.FailedError
-		errors.As(err, &fe)
+		fe, _ := errors.AsType[*policies.Error](err)
 		switch {
 		case err == nil:
 			b, merr := json.Marshal(out)
@@ -163,7 +162,7 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 			results[n] = b
 		case recordable(fe):
 			rec.Status = StepFailed
-			rec.Error = &StepError{Class: string(fe.Class), Type: fe.Type, Message: policies.Redact(fe.Err.Error(), engine.SecretsFrom(ctx)...)}
+			rec.Error = &StepFailure{Class: string(fe.Class), Type: fe.Type, Message: policies.Redact(fe.Err.Error(), engine.SecretsFrom(ctx)...)}
 		default:
 			return fmt.Errorf("task %s stopped at step %d (%s), to be resumed there: %w", task.ID, n, st.Name, err)
 		}
@@ -184,7 +183,7 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 // recordable reports whether a step's failure is final: retrying the step
 // on a later run would fail the same way. A programming error is not: once
 // the bug is fixed, the next run must call the step again.
-func recordable(fe *policies.FailedError) bool {
+func recordable(fe *policies.Error) bool {
 	if fe == nil || fe.Outcome != policies.OutcomeFailedPermanent && fe.Outcome != policies.OutcomeFailedFatal {
 		return false
 	}

@@ -23,7 +23,7 @@ func TestTaskCheckpointHoldsNoKnownSecret(t *testing.T) {
 	cases := map[string]error{
 		"a tool's explicit permanent error": &policies.Error{Class: policies.Permanent, Type: "upload_refused",
 			Err: errors.New("upload with " + key + " refused: invalid bearer credential " + token)},
-		"a provider's 400 answer": &policies.APIError{StatusCode: 400, Code: "invalid_request",
+		"a provider's 400 answer": &policies.Error{StatusCode: 400, Code: "invalid_request",
 			Message: "key " + key + " may not upload; invalid bearer credential " + token},
 	}
 	for name, stepErr := range cases {

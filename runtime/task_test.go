@@ -53,7 +53,7 @@ func (m *memStore) Load(_ context.Context, id string) (*runtime.Checkpoint, erro
 	}
 	var cp runtime.Checkpoint
 	if err := json.Unmarshal(b, &cp); err != nil {
-		return nil, &runtime.CheckpointError{Path: id, Err: err}
+		return nil, runtime.UnusableCheckpoint(id, "checkpoint_corrupt", err)
 	}
 	return &cp, nil
 }
@@ -106,7 +106,7 @@ func TestTaskResumesAfterLastCompletedStep(t *testing.T) {
 	task := runtime.Task{ID: "batch-7", Steps: steps(30, calls, func(step, call int) error {
 		switch {
 		case step == 9:
-			return &policies.APIError{StatusCode: 400, Code: "invalid_image", Message: "Invalid image"}
+			return &policies.Error{StatusCode: 400, Code: "invalid_image", Message: "Invalid image"}
 		case step == 18 && crashing:
 			return &policies.Error{Class: policies.Canceled, Err: errCrash} // stands for the process dying here
 		}
@@ -142,7 +142,7 @@ func TestTaskFatalStopsAndIsRecorded(t *testing.T) {
 	calls := map[int]int{}
 	task := runtime.Task{ID: "t", Steps: steps(5, calls, func(step, _ int) error {
 		if step == 3 {
-			return &policies.APIError{StatusCode: 429, Code: "insufficient_quota"}
+			return &policies.Error{StatusCode: 429, Code: "insufficient_quota"}
 		}
 		return nil
 	})}
@@ -159,7 +159,7 @@ func TestTaskRetriesTransientSteps(t *testing.T) {
 	calls := map[int]int{}
 	task := runtime.Task{ID: "t", Steps: steps(2, calls, func(step, call int) error {
 		if step == 2 && call < 3 {
-			return &policies.APIError{StatusCode: 503}
+			return &policies.Error{StatusCode: 503}
 		}
 		return nil
 	})}
@@ -177,8 +177,7 @@ func TestTaskRefusesAForeignCheckpoint(t *testing.T) {
 	other := steps(3, calls, func(int, int) error { return nil })
 	other[1].Name = "renamed"
 	_, err = runtime.RunTask(context.Background(), runtime.Task{ID: "t", Steps: other}, taskConfig(store))
-	var ce *runtime.CheckpointError
-	require.ErrorAs(t, err, &ce)
+	requireUnusable(t, err)
 	assert.Contains(t, err.Error(), `step 2 is "step-02" in the checkpoint and "renamed" in the task`)
 	assert.Equal(t, 1, calls[1], "nothing ran again")
 }
@@ -187,8 +186,7 @@ func TestTaskStopsOnAnUnreadableCheckpoint(t *testing.T) {
 	store := &memStore{data: map[string][]byte{"t": []byte(`{"version":1,"task_id":"t","steps":[{"ste`)}}
 	calls := map[int]int{}
 	_, err := runtime.RunTask(context.Background(), runtime.Task{ID: "t", Steps: steps(3, calls, func(int, int) error { return nil })}, taskConfig(store))
-	var ce *runtime.CheckpointError
-	require.ErrorAs(t, err, &ce)
+	requireUnusable(t, err)
 	assert.Empty(t, calls, "never silently restarted from scratch")
 }
 
@@ -202,7 +200,7 @@ func TestTaskPanicIsNotRecorded(t *testing.T) {
 		return nil
 	})}
 	_, err := runtime.RunTask(context.Background(), task, taskConfig(store))
-	var pe *policies.PanicError
+	var pe *policies.Error
 	require.ErrorAs(t, err, &pe)
 	cp, _ := store.Load(context.Background(), "t")
 	assert.Len(t, cp.Steps, 1, "a bug is not a permanent result: once fixed, the step runs again")
@@ -229,9 +227,8 @@ func TestTaskWithFileStoreRefusesATruncatedCheckpoint(t *testing.T) {
 
 	clear(calls)
 	_, err = runtime.RunTask(context.Background(), task, taskConfig(store))
-	var ce *runtime.CheckpointError
-	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, path, ce.Path)
+	ce := requireUnusable(t, err)
+	assert.Contains(t, ce.Message, "checkpoint "+path+" cannot be used")
 	assert.Contains(t, err.Error(), path)
 	assert.Contains(t, err.Error(), "will not start over")
 	assert.Empty(t, calls, "never silently restarted from scratch")
@@ -246,7 +243,7 @@ func TestTaskCheckpointHoldsNoSecrets(t *testing.T) {
 	secrets := []string{"pa55word", "sk-proj-abcdefghijklmnop", "abcdefghijklmnopqrstuvwxyz0123456789"}
 	cases := map[string]error{
 		"a tool's explicit permanent error": &policies.Error{Class: policies.Permanent, Type: "upload_refused", Err: errors.New(text)},
-		"a provider's 400 answer":           &policies.APIError{StatusCode: 400, Code: "invalid_request", Message: text},
+		"a provider's 400 answer":           &policies.Error{StatusCode: 400, Code: "invalid_request", Message: text},
 	}
 	for name, stepErr := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -294,4 +291,23 @@ func TestTaskRetryPresetKeepsTheClassifier(t *testing.T) {
 	assert.Equal(t, 1, calls[1], "the rule the retry was given decided")
 	require.Len(t, rep.Steps, 1)
 	assert.Equal(t, runtime.StepFailed, rep.Steps[0].Status)
+}
+
+// requireUnusable is err's unusable checkpoint, made by UnusableCheckpoint.
+func requireUnusable(t *testing.T, err error) *policies.Error {
+	t.Helper()
+	ce, ok := errors.AsType[*policies.Error](err)
+	require.True(t, ok && isUnusable(err), "a checkpoint that cannot be used: %v", err)
+	assert.Equal(t, policies.Fatal, ce.Class)
+	return ce
+}
+
+// isUnusable reports whether err holds a checkpoint that cannot be used.
+func isUnusable(err error) bool {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if ce, ok := e.(*policies.Error); ok && ce.Reason == "checkpoint unusable" {
+			return true
+		}
+	}
+	return false
 }

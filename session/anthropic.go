@@ -118,8 +118,8 @@ func (p *Anthropic) Name() string { return p.name }
 func (p *Anthropic) Secrets() []string { return []string{p.key} }
 
 // Stream implements Provider: one streaming Messages API call. A stream
-// that ends without message_stop dropped: it fails with a *StreamError with
-// an empty Message, which the session retries.
+// that ends without message_stop dropped: it fails with a dropped stream
+// (policies.StreamDropped) with an empty Message, which the session retries.
 func (p *Anthropic) Stream(ctx context.Context, req Request, onDelta func(Delta)) (Message, error) {
 	params, err := p.params(req)
 	if err != nil {
@@ -170,7 +170,7 @@ func (p *Anthropic) Stream(ctx context.Context, req Request, onDelta func(Delta)
 	}
 	if !stopped {
 		// A clean end before message_stop: the stream dropped without a word.
-		return Message{}, &StreamError{Err: io.ErrUnexpectedEOF}
+		return Message{}, policies.StreamDropped("", io.ErrUnexpectedEOF)
 	}
 	msg := Message{Role: Assistant, StopReason: anthropicStop(acc.StopReason), Usage: Usage{
 		// Anthropic counts cached input apart; the GenAI input tokens are
@@ -219,9 +219,9 @@ func (p *Anthropic) streamError(ctx context.Context, err error, resp *http.Respo
 		}
 		// An error answer is decoded from its body (the part the limits let
 		// the SDK read, which it puts back) by the function the HTTP layer
-		// decodes it with: an *policies.APIError with the status, Anthropic's
+		// decodes it with: an *policies.Error with the status, Anthropic's
 		// error type as its code, and the retry-after header.
-		return policies.APIErrorFrom(resp)
+		return policies.ErrorFrom(resp)
 	}
 	if e := ownStreamError(err); e != nil {
 		return e // a limit passed, or an "event: error" read by the limits beneath the SDK

@@ -261,7 +261,7 @@ func TestAnthropicErrorClasses(t *testing.T) {
 func TestAnthropicRetryAfter(t *testing.T) {
 	_, p := anthropicServer(t, retracetest.Always(retracetest.AnthropicRateLimited(7*time.Second)), nil)
 	_, err := p.Stream(context.Background(), session.Request{Model: "claude-test", Messages: []session.Message{{Role: session.User, Content: "hi"}}}, nil)
-	var api *policies.APIError
+	var api *policies.Error
 	require.ErrorAs(t, err, &api)
 	assert.Equal(t, 429, api.StatusCode)
 	assert.Equal(t, "rate_limit_error", api.Code)
@@ -305,7 +305,7 @@ func TestAnthropicDroppedStream(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, p := anthropicServer(t, retracetest.Always(drop), nil)
 			_, err := p.Stream(context.Background(), session.Request{Model: "claude-test", Messages: []session.Message{{Role: session.User, Content: "hi"}}}, nil)
-			var se *session.StreamError
+			var se *policies.Error
 			require.ErrorAs(t, err, &se)
 			assert.Empty(t, se.Message)
 			assert.Equal(t, policies.Transient, policies.Classify(err).Class)
@@ -398,15 +398,14 @@ func TestAnthropicLimits(t *testing.T) {
 		c.Limits = session.Limits{MaxEventBytes: 4 << 10}
 	})
 	_, err := p.Stream(context.Background(), session.Request{Model: "claude-test", Messages: []session.Message{{Role: session.User, Content: "hi"}}}, nil)
-	var le *session.LimitError
-	require.ErrorAs(t, err, &le)
-	assert.Equal(t, session.LimitEvent, le.Limit)
+	le := requireLimit(t, err)
+	assert.Equal(t, "limit "+session.LimitEvent, le.Reason)
 	assert.Equal(t, policies.Permanent, policies.Classify(err).Class)
-	assert.Equal(t, int64(4<<10), le.Bytes)
+	assert.Contains(t, le.Message, "(4096 bytes)")
 
 	srv.SetScript(retracetest.Always(retracetest.HugeError(529, 1<<20)))
 	_, err = p.Stream(context.Background(), session.Request{Model: "claude-test", Messages: []session.Message{{Role: session.User, Content: "hi"}}}, nil)
-	var api *policies.APIError
+	var api *policies.Error
 	require.ErrorAs(t, err, &api)
 	assert.Equal(t, 529, api.StatusCode)
 	assert.Equal(t, policies.Transient, policies.Classify(err).Class)

@@ -85,7 +85,7 @@ func DefaultFallbackOn(err error) bool {
 	case policies.Fatal, policies.ContextOverflow:
 		return true
 	case policies.Transient:
-		fe, ok := errors.AsType[*policies.FailedError](err)
+		fe, ok := errors.AsType[*policies.Error](err)
 		return ok && (fe.Outcome == policies.OutcomeFailedExhausted || fe.Outcome == policies.OutcomeRejected)
 	}
 	return false
@@ -265,7 +265,7 @@ func (s *Session) fallback(ctx context.Context, t *turn) (Message, error) {
 		// The providers' answers retrace decoded may echo a credential:
 		// errors.As on the chain's error must not find it.
 		for _, e := range errs {
-			if api, ok := errors.AsType[*policies.APIError](e); ok {
+			if api, ok := errors.AsType[*policies.Error](e); ok {
 				api.Code, api.Message = engine.RedactKnown(api.Code, known), engine.RedactKnown(api.Message, known)
 			}
 		}
@@ -305,7 +305,7 @@ func (s *Session) describe(ctx context.Context, tried int, answeredBy string, fa
 func failureOf(i int, c *candidate, err error) CandidateFailure {
 	cls := policies.Classify(err)
 	f := CandidateFailure{Index: i, Provider: c.provider.Name(), Model: c.model, Class: cls.Class, Type: cls.Type}
-	if fe, ok := errors.AsType[*policies.FailedError](err); ok {
+	if fe, ok := errors.AsType[*policies.Error](err); ok && fe.Outcome != "" {
 		f.Outcome, f.Attempts = fe.Outcome, fe.Attempts
 	}
 	if f.Type == "" {

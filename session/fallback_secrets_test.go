@@ -25,12 +25,12 @@ func TestFallbackErrorHoldsNoKnownSecret(t *testing.T) {
 	var fe *session.FallbackError
 	require.ErrorAs(t, err, &fe)
 	assert.NotContains(t, err.Error(), key)
-	var api *policies.APIError
+	var api *policies.Error
 	require.ErrorAs(t, err, &api)
 	assert.Equal(t, "overloaded, key [REDACTED]", api.Message)
 	require.Len(t, fe.Unwrap(), 2)
 	for _, e := range fe.Unwrap() {
-		var api *policies.APIError
+		var api *policies.Error
 		require.ErrorAs(t, e, &api)
 		assert.NotContains(t, api.Message, key, "candidate %d", api.StatusCode)
 		assert.Contains(t, api.Message, "[REDACTED]")

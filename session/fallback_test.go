@@ -313,7 +313,7 @@ func TestNoFallbackOnPermanent(t *testing.T) {
 			assert.Equal(t, policies.Permanent, policies.Classify(err).Class)
 			var fe *session.FallbackError
 			assert.False(t, errors.As(err, &fe), "one candidate tried: its error, unchanged")
-			var failed *policies.FailedError
+			var failed *policies.Error
 			require.ErrorAs(t, err, &failed)
 			assert.Equal(t, "session", failed.Layer)
 			assert.Equal(t, session.StopError, msg.StopReason)
@@ -369,7 +369,7 @@ func TestEveryCandidateFails(t *testing.T) {
 	assert.Equal(t, policies.Fatal, fe.Failures[0].Class)
 	assert.Equal(t, policies.Transient, fe.Failures[1].Class)
 	assert.Equal(t, policies.Transient, policies.Classify(err).Class, "the backup may be up on a later run: the chain is Transient")
-	var api *policies.APIError
+	var api *policies.Error
 	require.ErrorAs(t, err, &api, "the providers' answers are reachable")
 	assert.Equal(t, 503, api.StatusCode, "the decisive failure first")
 	assert.Len(t, fe.Unwrap(), 2)
@@ -442,7 +442,7 @@ func TestFallbackOnCustomRule(t *testing.T) {
 
 func TestDefaultFallbackOn(t *testing.T) {
 	failed := func(o policies.Outcome, c policies.Class) error {
-		return &policies.FailedError{Layer: "session", Outcome: o, Class: c, Attempts: 1, Err: errors.New("x")}
+		return &policies.Error{Layer: "session", Outcome: o, Class: c, Attempts: 1, Err: errors.New("x")}
 	}
 	for _, tt := range []struct {
 		err  error
@@ -456,7 +456,7 @@ func TestDefaultFallbackOn(t *testing.T) {
 		{failed(policies.OutcomeBudgetExhausted, policies.Transient), false},
 		{failed(policies.OutcomeCanceled, policies.Canceled), false},
 		{failed(policies.OutcomeFailedUnknown, policies.Unknown), false},
-		{&policies.PanicError{Value: "bug"}, false},
+		{policies.Recovered("bug", nil), false},
 		{context.Canceled, false},
 	} {
 		assert.Equal(t, tt.want, session.DefaultFallbackOn(tt.err), "%v", tt.err)

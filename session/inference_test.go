@@ -43,7 +43,7 @@ func TestInferenceLayersOnAHandler(t *testing.T) {
 	})(func(ctx context.Context, prompt string) (reply, error) {
 		calls++
 		if calls == 1 {
-			return reply{}, &policies.APIError{StatusCode: 503, Code: "server_error"}
+			return reply{}, &policies.Error{StatusCode: 503, Code: "server_error"}
 		}
 		return reply{text: "hi " + prompt, in: 7, finish: "stop"}, nil
 	})
@@ -86,7 +86,7 @@ func TestInferenceDefaults(t *testing.T) {
 		Options: []middleware.Option{middleware.WithClock(clock.NewVirtual(epoch))},
 	})(func(ctx context.Context, _ string) (reply, error) {
 		calls++
-		return reply{}, &policies.APIError{StatusCode: 503}
+		return reply{}, &policies.Error{StatusCode: 503}
 	})
 	_, err := call(context.Background(), "x")
 	require.Error(t, err)
@@ -104,7 +104,7 @@ func TestInferenceDefaults(t *testing.T) {
 }
 
 func outcomeOf(err error) policies.Outcome {
-	var fe *policies.FailedError
+	var fe *policies.Error
 	if errors.As(err, &fe) {
 		return fe.Outcome
 	}

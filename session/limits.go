@@ -67,7 +67,8 @@ func (l Limits) orDefaults() Limits {
 	}
 }
 
-// Names of the limits a [LimitError] reports.
+// Names of the limits: an answer past one is a Permanent *policies.Error
+// whose Reason names it ("limit MaxEventBytes").
 const (
 	LimitEvent    = "MaxEventBytes"
 	LimitResponse = "MaxResponseBytes"
@@ -79,34 +80,19 @@ const (
 // sdkLineLimit is the SDK's bound on one line (bufio.MaxScanTokenSize<<9).
 const sdkLineLimit = 32 << 20
 
-// LimitError is a provider answer that went past one of its limits. It comes
-// inside a *policies.Error of class Permanent, type "event_too_large" (an
-// event or a line) or "response_too_large".
-type LimitError struct {
-	Limit string // LimitEvent, LimitResponse or LimitSDKLine
-	Bytes int64  // the limit that was passed
-}
-
-func (e *LimitError) Error() string {
-	switch e.Limit {
-	case LimitEvent:
-		return fmt.Sprintf("an event of the provider's stream is longer than Limits.MaxEventBytes (%d bytes)", e.Bytes)
-	case LimitResponse:
-		return fmt.Sprintf("the provider's answer is longer than Limits.MaxResponseBytes (%d bytes)", e.Bytes)
-	}
-	return fmt.Sprintf("a line of the provider's stream is longer than the SDK allows (%d bytes)", e.Bytes)
-}
-
 // limitExceeded is the error of an answer past a limit. It is Permanent: an
 // answer that big is a broken gateway or an attack, not a blip, and retrying
 // it only reads the same megabytes again, once per attempt of every layer.
 // Raising the limit, or mending the gateway, is the fix.
 func limitExceeded(limit string, bytes int64) error {
-	typ := "event_too_large"
-	if limit == LimitResponse {
-		typ = "response_too_large"
+	typ, msg := "event_too_large", fmt.Sprintf("a line of the provider's stream is longer than the SDK allows (%d bytes)", bytes)
+	switch limit {
+	case LimitEvent:
+		msg = fmt.Sprintf("an event of the provider's stream is longer than Limits.MaxEventBytes (%d bytes)", bytes)
+	case LimitResponse:
+		typ, msg = "response_too_large", fmt.Sprintf("the provider's answer is longer than Limits.MaxResponseBytes (%d bytes)", bytes)
 	}
-	return &policies.Error{Class: policies.Permanent, Type: typ, Err: &LimitError{Limit: limit, Bytes: bytes}}
+	return &policies.Error{Class: policies.Permanent, Type: typ, Reason: "limit " + limit, Message: msg}
 }
 
 // middleware bounds the body of every answer beneath the SDK, which reads

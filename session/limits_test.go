@@ -112,9 +112,8 @@ func TestEventOverTheLimit(t *testing.T) {
 			c := policies.Classify(err)
 			assert.Equal(t, policies.Permanent, c.Class)
 			assert.Equal(t, "event_too_large", c.Type)
-			var le *session.LimitError
-			require.ErrorAs(t, err, &le)
-			assert.Equal(t, session.LimitError{Limit: session.LimitEvent, Bytes: session.DefaultMaxEventBytes}, *le)
+			le := requireLimit(t, err)
+			assert.Equal(t, "limit "+session.LimitEvent, le.Reason)
 			assert.Contains(t, err.Error(), "Limits.MaxEventBytes (1048576 bytes)")
 			assert.Equal(t, 1, b.srv.Requests(), "a permanent error is not retried")
 			assert.LessOrEqual(t, b.read.Load(), int64(session.DefaultMaxEventBytes+1), "the client reads one byte past the limit")
@@ -135,9 +134,8 @@ func TestLineOverTheSDKLimit(t *testing.T) {
 	c := policies.Classify(err)
 	assert.Equal(t, policies.Permanent, c.Class)
 	assert.Equal(t, "event_too_large", c.Type)
-	var le *session.LimitError
-	require.ErrorAs(t, err, &le)
-	assert.Equal(t, session.LimitSDKLine, le.Limit)
+	le := requireLimit(t, err)
+	assert.Equal(t, "limit "+session.LimitSDKLine, le.Reason)
 	assert.Equal(t, 1, b.srv.Requests())
 }
 
@@ -234,7 +232,7 @@ func TestErrorBodyOverTheLimit(t *testing.T) {
 			alloc := allocated(func() { msg, err = b.s.Run(context.Background(), "hi") })
 			require.Error(t, err)
 			assert.Equal(t, tc.class, policies.Classify(err).Class)
-			var api *policies.APIError
+			var api *policies.Error
 			require.ErrorAs(t, err, &api)
 			assert.Equal(t, tc.status, api.StatusCode)
 			assert.Empty(t, api.Message, "what was read is not a whole JSON object")
@@ -260,7 +258,7 @@ func TestErrorBodyLimitCanBeChanged(t *testing.T) {
 	}{{1 << 10, policies.Fatal, "insufficient_quota"}, {40, policies.Transient, ""}} {
 		b := startBounded(t, retracetest.Always(quota), session.Limits{MaxErrorBodyBytes: tc.limit}, policies.RetryConfig{MaxAttempts: 1})
 		_, err := b.s.Run(context.Background(), "hi")
-		var api *policies.APIError
+		var api *policies.Error
 		require.ErrorAs(t, err, &api)
 		assert.Equal(t, 429, api.StatusCode)
 		assert.Equal(t, tc.code, api.Code)
@@ -275,7 +273,7 @@ func TestErrorMessageIsCut(t *testing.T) {
 	long := strings.Repeat("é", 25<<10) // 50 KiB of two-byte characters
 	b := startBounded(t, retracetest.Always(retracetest.Status(500, "server_error", "server_error", long)), session.Limits{}, policies.RetryConfig{MaxAttempts: 1})
 	msg, err := b.s.Run(context.Background(), "hi")
-	var api *policies.APIError
+	var api *policies.Error
 	require.ErrorAs(t, err, &api)
 	assert.LessOrEqual(t, len(api.Message), 1<<10)
 	assert.Greater(t, len(api.Message), 1<<10-8)
@@ -291,9 +289,8 @@ func TestErrorTextIsCut(t *testing.T) {
 	long := errors.New(strings.Repeat("ü", 10<<10))
 	for _, err := range []error{
 		long,
-		&session.StreamError{Message: long.Error()},
-		&policies.APIError{StatusCode: 500, Message: long.Error()},
-		&session.TurnError{Message: session.Message{ErrorMessage: long.Error()}},
+		policies.StreamDropped(long.Error(), nil),
+		&policies.Error{StatusCode: 500, Message: long.Error()},
 	} {
 		text := session.ErrorText(err)
 		assert.LessOrEqual(t, len(text), session.MaxErrorText)
@@ -322,7 +319,7 @@ func TestStringErrorClassifiedByStatus(t *testing.T) {
 			_, err := b.s.Run(context.Background(), "hi")
 			require.Error(t, err)
 			assert.Equal(t, tc.class, policies.Classify(err).Class)
-			var api *policies.APIError
+			var api *policies.Error
 			require.ErrorAs(t, err, &api)
 			assert.Equal(t, tc.fault.Status, api.StatusCode)
 			assert.NotEmpty(t, api.Message)
@@ -380,7 +377,7 @@ func TestErrorEventClassifiedAsItsHTTPTwin(t *testing.T) {
 				assert.Equal(t, "stream_error", c.Type, "an error event no rule knows")
 				return
 			}
-			var api *policies.APIError
+			var api *policies.Error
 			require.ErrorAs(t, err, &api)
 			assert.Equal(t, tc.code, api.Code)
 			assert.Zero(t, api.StatusCode, "no status: it came in a 200")
@@ -459,4 +456,15 @@ func TestLongErrorMessagesKeepTheirCode(t *testing.T) {
 // MaxErrorText is the turn's cap in retrace's one table of text caps.
 func TestMaxErrorTextIsTheTablesCap(t *testing.T) {
 	assert.Equal(t, engine.CapTurnError, session.MaxErrorText)
+}
+
+// requireLimit is err's answer past a limit: a Permanent *policies.Error
+// whose Reason names the limit.
+func requireLimit(t *testing.T, err error) *policies.Error {
+	t.Helper()
+	le, ok := errors.AsType[*policies.Error](err)
+	require.True(t, ok, "%v", err)
+	require.True(t, strings.HasPrefix(le.Reason, "limit "), "%v: %s", err, le.Reason)
+	assert.Equal(t, policies.Permanent, le.Class)
+	return le
 }

@@ -94,8 +94,8 @@ type Delta struct {
 
 // Provider makes streaming model calls. Stream calls onDelta (which may be
 // nil) with each piece of text as it arrives and returns the complete
-// assistant message. It fails with *[StreamError] when the stream breaks
-// after it began, and with a *policies.APIError when the provider answers
+// assistant message. It fails with a dropped stream
+// ([policies.StreamDropped]) when the stream breaks after it began, and with a *policies.Error when the provider answers
 // with an error.
 type Provider interface {
 	Stream(ctx context.Context, req Request, onDelta func(Delta)) (Message, error)
@@ -109,26 +109,6 @@ type Provider interface {
 type SecretHolder interface {
 	Secrets() []string
 }
-
-// StreamError is a stream that broke after it began: [policies.StreamError],
-// the one type of a dropped stream, whoever read it (a provider, or
-// middleware.SDK beneath a user's own client).
-type StreamError = policies.StreamError
-
-// TurnError is a failed turn: the assistant message it became, and why.
-type TurnError struct {
-	Message Message
-	Err     error
-}
-
-func (e *TurnError) Error() string {
-	if e.Message.ErrorMessage == "" {
-		return "stream dropped without a message"
-	}
-	return e.Message.ErrorMessage
-}
-
-func (e *TurnError) Unwrap() error { return e.Err }
 
 // ErrorText formats err as an agent turn records it: "<Type>: <message>",
 // just "<Type>" when the message is empty, with secrets redacted, cut to at
@@ -147,16 +127,12 @@ func errorText(err error, known []string) string {
 
 func describe(err error, known []string) string {
 	err = policies.Underlying(err)
-	var te *TurnError
-	if errors.As(err, &te) {
-		return te.Message.ErrorMessage
+	e, own := errors.AsType[*policies.Error](err)
+	if own && e.Type == "stream_dropped" {
+		return policies.Redact(e.Message, known...)
 	}
-	var se *StreamError
-	if errors.As(err, &se) {
-		return policies.Redact(se.Message, known...)
-	}
-	t := typeName(err)
 	msg := strings.TrimSpace(policies.Redact(knownFirst(err, known), known...))
+	t := typeName(err)
 	if msg == "" {
 		return t
 	}
@@ -167,25 +143,31 @@ func describe(err error, known []string) string {
 // patterns that an API error's Error applies to its own fields: a pattern
 // that took part of a known value would leave the rest.
 func knownFirst(err error, known []string) string {
-	if api, ok := err.(*policies.APIError); ok && len(known) > 0 {
-		c := *api
-		c.Code, c.Message = engine.RedactKnown(c.Code, known), engine.RedactKnown(c.Message, known)
+	if api, ok := err.(*policies.Error); ok && len(known) > 0 && (api.StatusCode != 0 || api.Code != "") {
+		c := policies.Error{StatusCode: api.StatusCode, Code: engine.RedactKnown(api.Code, known), Message: engine.RedactKnown(api.Message, known)}
 		return c.Error()
 	}
 	return err.Error()
 }
 
 // typeName is the short Go type of err's first error that is not a
-// wrapper (retrace's layer failure, a URL's, fmt's): APIError, OpError,
-// TimeoutError; "Error" for errors.New's. Wrappers are told by their types,
+// wrapper (retrace's layer failure, a URL's, fmt's): OpError,
+// DNSError; "Error" for errors.New's. Wrappers are told by their types,
 // never by their names.
 func typeName(err error) string {
 	for e := err; e != nil; {
 		t := reflect.TypeOf(e)
 		switch t {
-		case wrapErrorType, wrapErrorsType, urlErrorType, failedErrorType:
+		case wrapErrorType, wrapErrorsType, urlErrorType:
 		case errorStringType:
 			return "Error"
+		case policiesErrorType:
+			if e := e.(*policies.Error); e.Outcome == "" {
+				if e.StatusCode != 0 || e.Code != "" || e.Class == "" && e.Message != "" {
+					return "APIError" // a server's answer, by the name its SDKs give it
+				}
+				return "Error"
+			}
 		default:
 			for t.Kind() == reflect.Pointer {
 				t = t.Elem()
@@ -204,9 +186,9 @@ func typeName(err error) string {
 // The types typeName looks through, and errors.New's; fmt's and errors'
 // are unexported, so they are taken from errors those packages make.
 var (
-	wrapErrorType   = reflect.TypeOf(fmt.Errorf("%w", io.EOF))
-	wrapErrorsType  = reflect.TypeOf(fmt.Errorf("%w%w", io.EOF, io.EOF))
-	urlErrorType    = reflect.TypeFor[*url.Error]()
-	failedErrorType = reflect.TypeFor[*policies.FailedError]()
-	errorStringType = reflect.TypeOf(errors.New(""))
+	wrapErrorType     = reflect.TypeOf(fmt.Errorf("%w", io.EOF))
+	wrapErrorsType    = reflect.TypeOf(fmt.Errorf("%w%w", io.EOF, io.EOF))
+	urlErrorType      = reflect.TypeFor[*url.Error]()
+	policiesErrorType = reflect.TypeFor[*policies.Error]()
+	errorStringType   = reflect.TypeOf(errors.New(""))
 )

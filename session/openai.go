@@ -136,7 +136,7 @@ func (p *OpenAI) Stream(ctx context.Context, req Request, onDelta func(Delta)) (
 	if finish == "" {
 		// A clean end before [DONE], or before any finish reason: the stream
 		// dropped without a word.
-		return Message{}, &StreamError{Err: io.ErrUnexpectedEOF}
+		return Message{}, policies.StreamDropped("", io.ErrUnexpectedEOF)
 	}
 	msg := Message{Role: Assistant, StopReason: finish, Usage: Usage{
 		InputTokens: int(acc.Usage.PromptTokens), OutputTokens: int(acc.Usage.CompletionTokens),
@@ -161,9 +161,9 @@ func (p *OpenAI) streamError(ctx context.Context, err error, resp *http.Response
 		// An error answer is decoded from its body (the part the limits let
 		// the SDK read, which it puts back) by the function the HTTP layer
 		// decodes it with, not by the SDK, which fails on an "error" that is
-		// a string: so the answer is an *policies.APIError classified by its
+		// a string: so the answer is an *policies.Error classified by its
 		// status, its code and its type, as it is in the HTTP layer's spans.
-		return policies.APIErrorFrom(resp)
+		return policies.ErrorFrom(resp)
 	}
 	if e := ownStreamError(err); e != nil {
 		return e // a limit passed, or an error event (named "error", or one no rule knows)
@@ -178,9 +178,6 @@ func (p *OpenAI) streamError(ctx context.Context, err error, resp *http.Response
 // its stream (a limit passed, an error event read by the limits), or nil.
 func ownStreamError(err error) error {
 	if e, ok := errors.AsType[*policies.Error](err); ok {
-		return e
-	}
-	if e, ok := errors.AsType[*policies.APIError](err); ok {
 		return e
 	}
 	return nil
@@ -203,7 +200,7 @@ func readFailure(ctx context.Context, err error, started bool) error {
 		return err // the caller's end, or the attempt timeout's
 	}
 	if started {
-		return &StreamError{Err: err}
+		return policies.StreamDropped("", err)
 	}
 	return err
 }

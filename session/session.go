@@ -211,13 +211,13 @@ func DropOldest(_ context.Context, history []Message) ([]Message, error) {
 func (s *Session) overflowing(ctx context.Context, t *turn) (Message, error) {
 	run := s.runs[t.cand.index]
 	msg, err := run(ctx, t)
-	var fe *policies.FailedError
-	if err == nil || !errors.As(err, &fe) || fe.Class != policies.ContextOverflow {
+	fe, ok := errors.AsType[*policies.Error](err)
+	if err == nil || !ok || fe.Outcome == "" || fe.Class != policies.ContextOverflow {
 		return msg, err
 	}
 	t.popFailed()
 	compacted, cerr := compact(ctx, s.cfg.Compactor, append([]Message(nil), t.history...)) // its own copy to shorten
-	if _, bug := cerr.(*policies.PanicError); bug {
+	if e, bug := cerr.(*policies.Error); bug && e.Class == policies.Programming {
 		// The compactor's bug decides what the turn's failure is: first in
 		// the chain, it is what the classifier reads.
 		return msg, fmt.Errorf("compaction failed: %w (the turn had overflowed: %w)", cerr, err)
@@ -239,7 +239,7 @@ func (s *Session) overflowing(ctx context.Context, t *turn) (Message, error) {
 func compact(ctx context.Context, c Compactor, history []Message) (out []Message, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			out, err = nil, &policies.PanicError{Value: v, Stack: debug.Stack()}
+			out, err = nil, policies.Recovered(v, debug.Stack())
 		}
 	}()
 	return c(ctx, history)

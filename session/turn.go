@@ -41,7 +41,7 @@ func (s *Session) attempt(ctx context.Context, t *turn) (Message, error) {
 		msg = Message{Role: Assistant, StopReason: StopError, ErrorMessage: errorText(err, engine.SecretsFrom(ctx)),
 			Provider: c.provider.Name(), Model: c.model}
 		t.history = append(t.history, msg)
-		return msg, &TurnError{Message: msg, Err: err}
+		return msg, err
 	}
 	if msg.Provider == "" {
 		msg.Provider = c.provider.Name()

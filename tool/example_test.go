@@ -14,7 +14,7 @@ import (
 // can act on, not three errors.
 func ExampleTool_Invoke() {
 	search := tool.New("search_docs", func(ctx context.Context, q struct{ Query string }) ([]string, error) {
-		return nil, &policies.APIError{StatusCode: 429, Code: "rate_limit_exceeded", Message: "Too Many Requests"}
+		return nil, &policies.Error{StatusCode: 429, Code: "rate_limit_exceeded", Message: "Too Many Requests"}
 	}, tool.Config{Clock: clock.NewVirtual(time.Unix(0, 0))})
 
 	res := search.Invoke(context.Background(), `{"Query": "payment 429"}`)

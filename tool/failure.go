@@ -40,10 +40,9 @@ func (f *Failure) JSON() string {
 // failure turns the tool chain's final error into what the model can act on.
 func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	cls := policies.Classify(err)
-	var fe *policies.FailedError
 	outcome := policies.OutcomeFailedPermanent
 	attempts := 1
-	if errors.As(err, &fe) {
+	if fe, ok := errors.AsType[*policies.Error](err); ok && fe.Outcome != "" {
 		outcome, attempts = fe.Outcome, fe.Attempts
 		if fe.Class != "" {
 			cls.Class = fe.Class
@@ -65,8 +64,8 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	name := t.name
 	switch {
 	case outcome == policies.OutcomeRejected && errors.Is(err, circuitbreaker.ErrOpen):
-		if rej, ok := errors.AsType[*policies.RejectedError](err); ok {
-			after = rej.RetryAfter
+		if rej, ok := errors.AsType[*policies.Error](policies.Underlying(err)); ok {
+			after = rej.RetryAfter // the refusal's: the breaker's remaining cool-down
 		}
 		// A call now would be refused without reaching the tool: not
 		// retryable until the circuit's cool-down has passed.

@@ -45,7 +45,7 @@ func (d *docs) search(ctx context.Context, q query) ([]string, error) {
 	d.calls.Add(1)
 	if d.clk.Now().Before(d.until) {
 		d.failed.Add(1)
-		return nil, &policies.APIError{StatusCode: 429, Code: "rate_limit_exceeded", Message: "Too Many Requests"}
+		return nil, &policies.Error{StatusCode: 429, Code: "rate_limit_exceeded", Message: "Too Many Requests"}
 	}
 	return []string{"runbook: " + q.Query}, nil
 }
@@ -165,7 +165,7 @@ func TestFatalAndPermanent(t *testing.T) {
 	calls := 0
 	quota := tool.New("web_search", func(context.Context, query) (string, error) {
 		calls++
-		return "", &policies.APIError{StatusCode: 429, Code: "insufficient_quota", Message: "quota used up; key=sk-live-abcdefghijklmnop"}
+		return "", &policies.Error{StatusCode: 429, Code: "insufficient_quota", Message: "quota used up; key=sk-live-abcdefghijklmnop"}
 	}, tool.Config{Clock: clock.NewVirtual(epoch)})
 	f := failureOf(t, quota.Invoke(context.Background(), `{}`).Content)
 	assert.Equal(t, 1, calls)
@@ -238,7 +238,7 @@ func TestJitterSpreadsConcurrentRetries(t *testing.T) {
 			defer mu.Unlock()
 			if !failed[q.Client] {
 				failed[q.Client] = true
-				return "", &policies.APIError{StatusCode: 503}
+				return "", &policies.Error{StatusCode: 503}
 			}
 			return "ok", nil
 		}
@@ -320,7 +320,7 @@ func TestToolFailureHoldsNoSecret(t *testing.T) {
 	rec, tp := recorder(t)
 	const token = "tok_4f9a8b7c6d5e4f3a2b1c" // the tool's credential, in no known shape
 	leaky := func(context.Context, query) (string, error) {
-		return "", &policies.APIError{StatusCode: 403, Code: token, Message: "token " + token + " rejected for https://bot:pa55w0rd@api.example.com/v1?api_key=sk-proj-abcdefghijklmnop"}
+		return "", &policies.Error{StatusCode: 403, Code: token, Message: "token " + token + " rejected for https://bot:pa55w0rd@api.example.com/v1?api_key=sk-proj-abcdefghijklmnop"}
 	}
 	tl := tool.New("leaky", leaky, tool.Config{Options: []middleware.Option{tp}})
 	ctx := policies.WithSecrets(context.Background(), token)
@@ -360,7 +360,7 @@ func TestCallWith(t *testing.T) {
 	out, err := endpoint.CallWith(context.Background(), `{"q":"a"}`, func(_ context.Context, args string) (string, error) {
 		tries++
 		if tries < 2 {
-			return "", &policies.APIError{StatusCode: 503}
+			return "", &policies.Error{StatusCode: 503}
 		}
 		return "got " + args, nil
 	})
@@ -371,7 +371,7 @@ func TestCallWith(t *testing.T) {
 	// Other work, the same breaker: its 3 failures in a row open it, and
 	// the next call's work is refused.
 	res := endpoint.InvokeWith(context.Background(), `{}`, func(context.Context, string) (string, error) {
-		return "", &policies.APIError{StatusCode: 503}
+		return "", &policies.Error{StatusCode: 503}
 	})
 	require.NotNil(t, res.Failure)
 	res = endpoint.InvokeWith(context.Background(), `{}`, func(context.Context, string) (string, error) { return "ok", nil })

@@ -36,7 +36,7 @@
 // (schema.ResponseMeta.FinishReason); a stream that ends without any chunk
 // saying so ended early (eino-ext's OpenAI stream reader ends as cleanly at
 // a connection closed before [DONE] as at [DONE]), and fails the attempt as
-// a *policies.StreamError, error.type stream_dropped, which is retried, as
+// a dropped stream (policies.StreamDropped), error.type stream_dropped, which is retried, as
 // a stream cut by a reset connection is.
 //
 // eino's own ModelRetryConfig runs outside every WrapModel wrapper: each of

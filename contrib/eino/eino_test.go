@@ -199,7 +199,7 @@ func TestProviderOutage(t *testing.T) {
 
 	err := lastErr(events)
 	require.Error(t, err)
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
 	assert.Equal(t, 4, fe.Attempts)
@@ -306,7 +306,7 @@ func TestQuotaIsOneRequest(t *testing.T) {
 
 				err := lastErr(events)
 				require.Error(t, err)
-				var fe *policies.FailedError
+				var fe *policies.Error
 				require.ErrorAs(t, err, &fe)
 				assert.Equal(t, policies.OutcomeFailedFatal, fe.Outcome)
 				assert.NotErrorIs(t, err, adk.ErrExceedMaxRetries, "eino did not retry")
@@ -342,7 +342,7 @@ func TestModelRetryConfigMultipliesTheSession(t *testing.T) {
 	require.Error(t, err)
 	var exhausted *adk.RetryExhaustedError
 	require.ErrorAs(t, err, &exhausted, "eino gave up after its own retries")
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, exhausted.LastErr, &fe, "each of them ran retrace's inference layer to its end")
 
 	root := r.root(t)
@@ -440,7 +440,7 @@ func TestAgentsShareTheGovernedRetry(t *testing.T) {
 	}
 	wg.Wait()
 	for _, err := range errs {
-		var fe *policies.FailedError
+		var fe *policies.Error
 		require.ErrorAs(t, err, &fe)
 		assert.Equal(t, policies.OutcomeFailedFatal, fe.Outcome)
 	}
@@ -480,7 +480,7 @@ func TestDroppedStreamIsRetried(t *testing.T) {
 				events := r.run(t, context.Background(), agentOptions{streaming: true, plainHTTP: plain})
 				err := lastErr(events)
 				require.Error(t, err)
-				var se *policies.StreamError
+				var se *policies.Error
 				require.ErrorAs(t, err, &se)
 				assert.Equal(t, 4, r.srv.Requests())
 				assert.Equal(t, 4, leafSpans(r.rec.Ended()))
@@ -598,7 +598,7 @@ func (d *docsServer) search(ctx context.Context, a searchArgs) (string, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return "", middleware.APIErrorFrom(resp)
+		return "", policies.ErrorFrom(resp)
 	}
 	var out []string
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {

@@ -32,7 +32,7 @@ var ErrSwallowedErrors = errors.New("retraceeino: the tool's errors are turned i
 // Under the middleware the wrapper steps aside: the agent runs t itself, so
 // that each failure reaches retrace's governance (classification, retries,
 // the breaker, the spans), and h is called once, with the call's final
-// error (a *policies.FailedError or *policies.RejectedError, through which
+// error (a layer's *policies.Error, through which
 // errors.As sees t's own error), to make the text the model reads instead
 // of retrace's tool.Failure. Elsewhere it is eino's wrapper.
 func WrapToolWithErrorHandler(t einotool.BaseTool, h utils.ErrorHandler) einotool.BaseTool {

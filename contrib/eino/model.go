@@ -74,8 +74,8 @@ func (h *Middleware) callModel(ctx context.Context, req modelRequest) (modelResu
 		// stream reader ends as cleanly at a connection closed before
 		// [DONE] as at [DONE] itself, so the clean end proves nothing, and
 		// the short answer must be retried, not returned.
-		return modelResult{}, &policies.StreamError{
-			Err: fmt.Errorf("%w: the model's stream ended without a finish reason", io.ErrUnexpectedEOF)}
+		return modelResult{}, policies.StreamDropped("",
+			fmt.Errorf("%w: the model's stream ended without a finish reason", io.ErrUnexpectedEOF))
 	}
 	res.summary.FirstChunk = firstChunk
 	return res, nil
@@ -84,25 +84,22 @@ func (h *Middleware) callModel(ctx context.Context, req modelRequest) (modelResu
 // streamFailure is the error of a stream that failed after it began. What
 // says what went wrong is kept: the provider's answer in the stream (an
 // error event, decoded by the core by its shape), a failure retrace already
-// classified (middleware.Transport's *policies.StreamError for a body
+// classified (middleware.Transport's dropped stream (policies.StreamDropped) for a body
 // without its terminator, a layer's failure, an explicit class), and the end of the attempt's context (its
 // timeout, or the caller's). Anything else broke the stream (a reset
-// connection): it is dropped, a *policies.StreamError, as retrace's own
+// connection): it is dropped, a dropped stream (policies.StreamDropped), as retrace's own
 // provider says of it.
 func streamFailure(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return err
 	}
-	if _, ok := policies.AsAPIError(err); ok {
+	if _, ok := policies.AsAnswer(err); ok {
 		return err
 	}
-	var se *policies.StreamError
-	var pe *policies.Error
-	var fe *policies.FailedError
-	if errors.As(err, &se) || errors.As(err, &pe) || errors.As(err, &fe) {
+	if _, ok := errors.AsType[*policies.Error](err); ok {
 		return err
 	}
-	return &policies.StreamError{Err: err}
+	return policies.StreamDropped("", err)
 }
 
 // requestIDKey is where eino-ext's OpenAI model keeps the completion's ID

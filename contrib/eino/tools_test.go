@@ -93,10 +93,10 @@ func TestErrorHandlerToolIsGoverned(t *testing.T) {
 
 	assert.EqualValues(t, 5, r.docs.calls.Load(), "3 attempts, then 2 and the breaker opens, then none")
 	require.Len(t, handled, 3, "the handler makes the text of each call's final failure")
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, handled[0], &fe)
 	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
-	var api *policies.APIError
+	var api *policies.Error
 	require.ErrorAs(t, handled[0], &api, "the tool's own error, through retrace's")
 	assert.Equal(t, 429, api.StatusCode)
 	assert.ErrorIs(t, handled[2], circuitbreaker.ErrOpen)
@@ -335,10 +335,9 @@ func TestBreakerIsPerToolNameAndShared(t *testing.T) {
 	assert.Equal(t, "fine", out)
 }
 
-// OpenAIRule, deprecated, is the default classification of eino-ext's
-// errors as a rule: it matches what carries a provider's answer, and
-// classifies it as policies.Classify does.
-func TestOpenAIRule(t *testing.T) {
+// The default rules classify eino-ext's errors by their shape: what
+// carries a provider's answer is read as one, without a rule of eino's.
+func TestGoOpenAIErrorsReadByShape(t *testing.T) {
 	quota := fmt.Errorf("failed to create chat completion: %w", &goopenai.APIError{
 		HTTPStatusCode: 429, Code: "insufficient_quota", Type: "insufficient_quota", Message: "You exceeded your current quota."})
 	unavailable := &goopenai.RequestError{HTTPStatusCode: 503, HTTPStatus: "503 Service Unavailable", Err: errors.New("unavailable")}
@@ -346,12 +345,11 @@ func TestOpenAIRule(t *testing.T) {
 		err   error
 		class policies.Class
 	}{{quota, policies.Fatal}, {unavailable, policies.Transient}} {
-		cl, ok := retraceeino.OpenAIRule(tc.err)
+		_, ok := policies.AsAnswer(tc.err)
 		require.True(t, ok, "%v", tc.err)
-		assert.Equal(t, policies.Classify(tc.err), cl)
-		assert.Equal(t, tc.class, cl.Class)
+		assert.Equal(t, tc.class, policies.Classify(tc.err).Class)
 	}
-	_, ok := retraceeino.OpenAIRule(errors.New("no answer"))
+	_, ok := policies.AsAnswer(errors.New("no answer"))
 	assert.False(t, ok)
 }
 

@@ -25,7 +25,7 @@
 //     "provider/model" name of the call. A streamed call's chunks reach the
 //     streaming callback once the attempt that streamed them has answered,
 //     so that a retried stream shows its text once, and a stream that ends
-//     without a finish reason is a dropped stream (a *policies.StreamError),
+//     without a finish reason is a dropped stream (policies.StreamDropped),
 //     retried, not a short answer;
 //   - WrapTool: each tool call is governed as tool.New governs one
 //     (retry with jitter, a breaker per tool, a bulkhead, the task budget),
@@ -40,7 +40,7 @@
 // live in the Middleware, which must then be made once and shared.
 //
 // The errors are retrace's: the model call's final error unwraps to a
-// *policies.FailedError, inside a genkit status error (core/status) whose
+// layer's *policies.Error, inside a genkit status error (core/status) whose
 // status genkit's Retry and Fallback do not act on when retrace does not
 // retry the failure (FAILED_PRECONDITION for a spent quota, the provider's
 // UNAUTHENTICATED or INVALID_ARGUMENT, UNKNOWN for a bug); a transient

@@ -188,7 +188,7 @@ func TestProviderOutage(t *testing.T) {
 	rt := retracegenkit.New(retracegenkit.Config{Options: s.opts})
 	_, err := s.generate(context.Background(), []ai.Middleware{rt})
 	require.Error(t, err)
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.True(t, errors.As(err, &fe), "the session layer's final error: %v", err)
 	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
 	assert.Equal(t, 4, fe.Attempts)
@@ -292,7 +292,7 @@ func TestToolOutageOpensTheBreaker(t *testing.T) {
 	docs := genkit.DefineTool(s.g, "search_docs", "Search the runbooks.",
 		func(tc *ai.ToolContext, in searchArgs) (string, error) {
 			if docsCalls.Add(1) <= 30 {
-				return "", &policies.APIError{StatusCode: 429, Code: "rate_limit_error", Message: "Too Many Requests"}
+				return "", &policies.Error{StatusCode: 429, Code: "rate_limit_error", Message: "Too Many Requests"}
 			}
 			return "runbook", nil
 		})

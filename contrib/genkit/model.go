@@ -94,7 +94,7 @@ func attempt(ctx context.Context, c modelCall) (answer, error) {
 		// before [DONE] as at [DONE] itself, so the clean end proves
 		// nothing: the short answer is a dropped stream, to be retried, as
 		// retrace's own provider says of it.
-		return answer{}, &policies.StreamError{Err: io.ErrUnexpectedEOF}
+		return answer{}, policies.StreamDropped("", io.ErrUnexpectedEOF)
 	}
 	return answer{resp: resp, chunks: chunks, first: first}, nil
 }
@@ -111,22 +111,21 @@ func unfinished(r ai.FinishReason) bool {
 // went wrong is kept: the provider's answer (an error answer or event, which
 // the core decodes by its shape, or reads from middleware.SDK's request
 // beneath), a failure retrace already classified (middleware.SDK's
-// *policies.StreamError for a body without its terminator), the end of the
+// dropped stream (policies.StreamDropped) for a body without its terminator), the end of the
 // attempt's context (its timeout, or the caller's). A failure to read a
 // stream that had begun (a reset connection, a body cut short) dropped it:
-// a *policies.StreamError, as retrace's own provider says of it, whatever
+// a dropped stream (policies.StreamDropped), as retrace's own provider says of it, whatever
 // the network said.
 func streamFailure(ctx context.Context, err error, begun bool) error {
 	if !begun || ctx.Err() != nil {
 		return err
 	}
-	var se *policies.StreamError
-	if errors.As(err, &se) {
+	if se, ok := errors.AsType[*policies.Error](err); ok && se.Type == "stream_dropped" {
 		return err
 	}
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return &policies.StreamError{Err: err}
+		return policies.StreamDropped("", err)
 	}
 	return err
 }

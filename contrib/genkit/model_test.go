@@ -147,7 +147,7 @@ func parentLayer(spans []sdktrace.ReadOnlySpan, sp sdktrace.ReadOnlySpan) sdktra
 
 // A stream cut after its first chunk is retried, and the user's callback
 // sees the answer once: the chunks of the attempt that failed never reach
-// it. With middleware.SDK the cut is its *policies.StreamError; without
+// it. With middleware.SDK the cut is its *policies.Error; without
 // it, the read error of openai-go's stream, which the adapter reads as a
 // dropped stream as retrace's own provider does.
 func TestRetriedStreamDeliversItsTextOnce(t *testing.T) {
@@ -194,11 +194,11 @@ func TestMissingTerminatorIsNeverAnAnswer(t *testing.T) {
 	var cb collector
 	_, err := s.stream(context.Background(), cb.callback, retracegenkit.New(retracegenkit.Config{Options: s.opts}))
 	require.Error(t, err)
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
 	assert.Equal(t, "stream_dropped", fe.Type)
-	var se *policies.StreamError
+	var se *policies.Error
 	assert.ErrorAs(t, err, &se)
 	assert.Equal(t, 4, s.srv.Requests())
 	assert.Empty(t, cb.String(), "no attempt answered: nothing reached the callback")
@@ -208,7 +208,7 @@ func TestMissingTerminatorIsNeverAnAnswer(t *testing.T) {
 // A spent quota is one request, failed_fatal, whatever genkit's Retry
 // around retrace's middleware does: the error the inference layer returns
 // carries FAILED_PRECONDITION, which Retry does not retry, and still
-// unwraps to retrace's *policies.FailedError. Listed after retrace's
+// unwraps to retrace's *policies.Error. Listed after retrace's
 // middleware, genkit's Retry runs beneath its model hook and sees
 // compat_oai's own error, RESOURCE_EXHAUSTED, before retrace does: it
 // resends it MaxRetries times, then the inference layer stops at once.
@@ -244,7 +244,7 @@ func TestQuotaIsFatal(t *testing.T) {
 			require.Error(t, err)
 			assert.Equal(t, tc.requests, s.srv.Requests())
 
-			var fe *policies.FailedError
+			var fe *policies.Error
 			require.ErrorAs(t, err, &fe, "retrace's error, through genkit's status error")
 			assert.Equal(t, policies.OutcomeFailedFatal, fe.Outcome)
 			assert.Equal(t, policies.Fatal, fe.Class)
@@ -283,7 +283,7 @@ func TestStatusOfTheFailure(t *testing.T) {
 			_, err := s.stream(context.Background(), cb.callback, retracegenkit.New(retracegenkit.Config{Options: s.opts}))
 			require.Error(t, err)
 			assert.Equal(t, tc.status, status.Of(err))
-			var fe *policies.FailedError
+			var fe *policies.Error
 			require.True(t, errors.As(err, &fe), "%v", err)
 			assert.Equal(t, tc.class, fe.Class)
 		})

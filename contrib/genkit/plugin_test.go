@@ -52,7 +52,7 @@ func TestBreakerKeptAcrossGenerates(t *testing.T) {
 			docs := genkit.DefineTool(s.g, "search_docs", "Search the runbooks.",
 				func(*ai.ToolContext, searchArgs) (string, error) {
 					docsCalls.Add(1)
-					return "", &policies.APIError{StatusCode: 429, Code: "rate_limit_error", Message: "Too Many Requests"}
+					return "", &policies.Error{StatusCode: 429, Code: "rate_limit_error", Message: "Too Many Requests"}
 				})
 			cfg := retracegenkit.Config{Options: s.opts, Tool: tool.Config{Clock: s.clk}}
 			for i := range 3 {

@@ -19,11 +19,11 @@ import (
 // status error that Retry does not retry either, unless the status it
 // carries already says so; a transient one keeps the provider's status,
 // which genkit may retry. The status error wraps the layer's error with %w:
-// errors.As and errors.Is reach the *policies.FailedError, and the
+// errors.As and errors.Is reach the layer's *policies.Error, and the
 // provider's error beneath it, as before.
 func genkitError(err error) error {
-	var fe *policies.FailedError
-	if !errors.As(err, &fe) || fe.Class.Retryable() || fe.Class == policies.Canceled {
+	fe, ok := errors.AsType[*policies.Error](err)
+	if !ok || fe.Outcome == "" || fe.Class.Retryable() || fe.Class == policies.Canceled {
 		return err
 	}
 	if s, ok := status.Classified(err); ok && !retriedByGenkit(s) {

@@ -507,7 +507,7 @@ func (e *causedError) Unwrap() []error { return []error{e.cause, e.err} }
 
 // httpError is a request the HTTP server refused with an error status.
 type httpError struct {
-	api *policies.APIError
+	api *policies.Error
 	err error
 }
 

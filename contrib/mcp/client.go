@@ -117,7 +117,7 @@ func New(cfg Config) *Client {
 // else is governed as tool.New governs a Go tool: retried, refused by the
 // tool's breaker, bounded by the task budget. Its caller still gets what the
 // SDK gives: the last isError result when the tool's own answers failed,
-// else the final error (a *policies.FailedError that errors.As sees
+// else the final error (a layer's *policies.Error that errors.As sees
 // through to the server's).
 func (c *Client) Middleware() mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {

@@ -28,7 +28,7 @@ func Example() {
 		func(context.Context, *mcp.CallToolRequest, struct {
 			Query string `json:"query"`
 		}) (*mcp.CallToolResult, any, error) {
-			return retracemcp.ToolError(&policies.APIError{StatusCode: 429, Code: "rate_limit_error", Message: "Too Many Requests"}), nil, nil
+			return retracemcp.ToolError(&policies.Error{StatusCode: 429, Code: "rate_limit_error", Message: "Too Many Requests"}), nil, nil
 		})
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := server.Connect(ctx, st, nil)

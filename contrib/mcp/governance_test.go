@@ -153,7 +153,7 @@ func TestDirectCallsAreGoverned(t *testing.T) {
 	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "search_docs", Arguments: map[string]any{"query": "429"}})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, circuitbreaker.ErrOpen)
-	var fe *policies.FailedError
+	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, policies.OutcomeRejected, fe.Outcome)
 

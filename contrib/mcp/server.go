@@ -168,7 +168,7 @@ func redacted(r *mcp.CallToolResult, secrets []string) *mcp.CallToolResult {
 // server's tool handler: isError, err's text (with the secret patterns
 // redacted), and err's classification in _meta ([MetaKeyError]), which a
 // retracemcp client reads as the tool's own, so that the failure means on
-// the client what it would for a Go tool there: a *policies.APIError with
+// the client what it would for a Go tool there: a *policies.Error with
 // status 429 is transient, waits its Retry-After, and counts toward the
 // tool's breaker.
 //

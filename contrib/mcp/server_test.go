@@ -30,7 +30,7 @@ func inProcess(t *testing.T, r *rig, cfg retracemcp.ServerConfig) *mcp.ClientSes
 			Query string `json:"query"`
 		}) (*mcp.CallToolResult, any, error) {
 			if a.Query == "storm" {
-				return retracemcp.ToolError(&policies.APIError{StatusCode: 503, Code: "server_error", Message: "the index is down"}), nil, nil
+				return retracemcp.ToolError(&policies.Error{StatusCode: 503, Code: "server_error", Message: "the index is down"}), nil, nil
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "runbook: " + a.Query}}}, nil, nil
 		})

@@ -77,7 +77,7 @@ type note struct {
 
 	mu  sync.Mutex
 	kv  []attribute.KeyValue // the transport's attributes, for the metric too
-	api *policies.APIError   // an HTTP answer of status 400 or more
+	api *policies.Error      // an HTTP answer of status 400 or more
 	// malformed: the answer to the call was JSON that is not JSON-RPC,
 	// or not JSON, on which the SDK closes the session.
 	malformed bool
@@ -134,7 +134,7 @@ func (n *note) malformedAnswer() bool {
 	return n.malformed
 }
 
-func (n *note) httpError() *policies.APIError {
+func (n *note) httpError() *policies.Error {
 	if n == nil {
 		return nil
 	}
@@ -526,7 +526,7 @@ func mediaType(ct string) string {
 
 // peekError reads an HTTP error answer as retrace reads a provider's (its
 // status, code and Retry-After), leaving its body for the SDK as it was.
-func peekError(resp *http.Response) *policies.APIError {
+func peekError(resp *http.Response) *policies.Error {
 	var buf []byte
 	if resp.Body != nil {
 		buf, _ = io.ReadAll(io.LimitReader(resp.Body, maxPeek))
@@ -535,5 +535,5 @@ func peekError(resp *http.Response) *policies.APIError {
 			io.Closer
 		}{io.MultiReader(bytes.NewReader(buf), resp.Body), resp.Body}
 	}
-	return policies.APIErrorFrom(&http.Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: io.NopCloser(bytes.NewReader(buf))})
+	return policies.ErrorFrom(&http.Response{StatusCode: resp.StatusCode, Header: resp.Header, Body: io.NopCloser(bytes.NewReader(buf))})
 }

@@ -102,7 +102,7 @@ func spans(t *testing.T, st policies.State, calls int) []sdktrace.ReadOnlySpan {
 	layer := middleware.PoliciesWith[int, int]("tool", []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)},
 		policies.NewRetry[int](retry),
 		policies.NewCircuitBreaker[int](policies.BreakerConfig{Name: "p", State: st, Clock: clk}))
-	h := layer(func(context.Context, int) (int, error) { return 0, &policies.APIError{StatusCode: 503} })
+	h := layer(func(context.Context, int) (int, error) { return 0, &policies.Error{StatusCode: 503} })
 	ctx := policies.WithSharedTaskBudget(context.Background(), st, "task-1", 6)
 	for range calls {
 		_, err := h(ctx, 0)

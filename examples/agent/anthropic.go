@@ -42,6 +42,6 @@ func anthropicBilling() scenario {
 		about:    "Anthropic answers 402 billing_error: fatal, nothing in this task can succeed, one request",
 		provider: providerAnthropic,
 		script:   retracetest.Always(retracetest.BillingError()),
-		want:     expectation{requests: 1, outcome: "failed_fatal", diag: "failed fatally, nothing in this task can succeed: APIError: 402 billing_error"},
+		want:     expectation{requests: 1, outcome: "failed_fatal", diag: "failed fatally, nothing in this task can succeed: 402 billing_error"},
 	}
 }

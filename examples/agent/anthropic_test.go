@@ -31,7 +31,7 @@ func TestAnthropicScenarios(t *testing.T) {
 		diag     string
 	}{
 		{anthropicOverloaded(), 3, "success", ""},
-		{anthropicBilling(), 1, "failed_fatal", "failed fatally, nothing in this task can succeed: APIError: 402 billing_error"},
+		{anthropicBilling(), 1, "failed_fatal", "failed fatally, nothing in this task can succeed: 402 billing_error"},
 	} {
 		t.Run(tc.sc.name, func(t *testing.T) {
 			assert.True(t, listed[tc.sc.name], "in the demo's scenarios, on Anthropic's provider")

@@ -63,7 +63,7 @@ func runChild(dir string) int {
 			}
 			switch s.Step {
 			case permanentStep:
-				return nil, &policies.APIError{StatusCode: 400, Code: "invalid_image", Message: "Invalid image: image data is not a valid base64-encoded image."}
+				return nil, &policies.Error{StatusCode: 400, Code: "invalid_image", Message: "Invalid image: image data is not a valid base64-encoded image."}
 			case crashStep:
 				committed, err := commitOnce(dir, s.Key)
 				if err != nil {

@@ -79,7 +79,7 @@ func (d *docsServer) search(ctx context.Context, a searchArgs) (json.RawMessage,
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return nil, policies.APIErrorFrom(resp)
+		return nil, policies.ErrorFrom(resp)
 	}
 	var out json.RawMessage
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {

@@ -76,7 +76,7 @@ func scenarios() []scenario {
 			name:   "invalid-api-key",
 			about:  "a wrong key fails identically every time: one request, failed permanently",
 			script: retracetest.Always(retracetest.InvalidAPIKey()),
-			want:   expectation{requests: 1, outcome: "failed_permanent", diag: "failed permanently: APIError: 401 invalid_api_key"},
+			want:   expectation{requests: 1, outcome: "failed_permanent", diag: "failed permanently: 401 invalid_api_key"},
 		},
 		{
 			name:    "context-overflow",
@@ -95,7 +95,7 @@ func scenarios() []scenario {
 			name:   "insufficient-quota",
 			about:  "the quota is spent: fatal, nothing in this task can succeed, stop at once",
 			script: retracetest.Always(retracetest.InsufficientQuota()),
-			want:   expectation{requests: 1, outcome: "failed_fatal", diag: "failed fatally, nothing in this task can succeed: APIError: 429 insufficient_quota"},
+			want:   expectation{requests: 1, outcome: "failed_fatal", diag: "failed fatally, nothing in this task can succeed: 429 insufficient_quota"},
 		},
 		{
 			name:   "fallback",
@@ -107,7 +107,7 @@ func scenarios() []scenario {
 			about:       "the same outage with exec at 1 attempt: the session alone retries, 4 requests instead of 12",
 			script:      retracetest.Always(retracetest.ServerError(503)),
 			singleOwner: true,
-			want:        expectation{requests: 4, outcome: "failed_exhausted", diag: "failed after 4 attempts: APIError: 503"},
+			want:        expectation{requests: 4, outcome: "failed_exhausted", diag: "failed after 4 attempts: 503"},
 		},
 		{
 			name:       "hidden-layer",

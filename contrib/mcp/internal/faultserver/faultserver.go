@@ -164,14 +164,14 @@ func (s *server) addTools(srv *mcp.Server) {
 			// limited for the length of the incident.
 			_, span := s.tracer.Start(ctx, "search index")
 			defer span.End()
-			err := &policies.APIError{StatusCode: http.StatusTooManyRequests, Code: "rate_limit_error", Message: "Too Many Requests"}
+			err := &policies.Error{StatusCode: http.StatusTooManyRequests, Code: "rate_limit_error", Message: "Too Many Requests"}
 			span.SetStatus(codes.Error, err.Error())
 			return retracemcp.ToolError(err), nil, nil
 		})
 	mcp.AddTool(srv, &mcp.Tool{Name: "flaky", Description: "Fails its first calls, then answers."},
 		func(_ context.Context, _ *mcp.CallToolRequest, a textArgs) (*mcp.CallToolResult, any, error) {
 			if n := s.flaky.Add(1); n <= s.fail {
-				return retracemcp.ToolError(&policies.APIError{StatusCode: http.StatusServiceUnavailable, Code: "server_error",
+				return retracemcp.ToolError(&policies.Error{StatusCode: http.StatusServiceUnavailable, Code: "server_error",
 					Message: fmt.Sprintf("the index is rebuilding (failure %d of %d)", n, s.fail)}), nil, nil
 			}
 			return text("ok: " + a.Text), nil, nil
