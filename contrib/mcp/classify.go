@@ -359,23 +359,23 @@ func metaClass(meta mcp.Meta) (policies.Classification, bool) {
 	return policies.Classification{Class: class, Type: typ, RetryAfter: after}, true
 }
 
-// safeType is a server's error type as error.type may carry it: a short
-// identifier with nothing secret-shaped in it, else "".
+// safeType is a server's error type as error.type may carry it, else "":
+// the core's one rule for a name that is not retrace's own, read through
+// policies.Classify, which writes the name an error gives itself (its
+// ErrorType method) only when it is a short identifier with nothing
+// secret-shaped in it, and "_OTHER" in its place otherwise.
 func safeType(t string) string {
-	if t == "" || len(t) > 64 {
-		return ""
-	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == ':') {
-			return ""
-		}
-	}
-	if policies.Redact(t) != t {
+	if t == "" || policies.Classify(namedType(t)).Type != t {
 		return ""
 	}
 	return t
 }
+
+// namedType is an error that says nothing but the type it names.
+type namedType string
+
+func (namedType) Error() string       { return "" }
+func (n namedType) ErrorType() string { return string(n) }
 
 // errRejected matches the SDK's error for a request its transport could
 // not deliver or whose answer it could not read, which leaves the session

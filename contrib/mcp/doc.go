@@ -33,4 +33,7 @@
 // SERVER span whose parent is the client's request span, from the trace
 // context in params._meta, so that the server's own spans are in the
 // caller's trace.
+//
+// Package mcptest is an MCP server whose tools fail on purpose, to test a
+// client under retrace against a server's failures.
 package retracemcp

@@ -17,7 +17,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	retracemcp "github.com/retrace-go/retrace/contrib/mcp"
-	"github.com/retrace-go/retrace/contrib/mcp/internal/faultserver"
+	"github.com/retrace-go/retrace/contrib/mcp/mcptest"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/tool"
@@ -135,10 +135,10 @@ type fault struct {
 func advanceOnHang(n int) func(t *testing.T, r *rig, c *child) {
 	return func(t *testing.T, r *rig, c *child) {
 		for i := 1; i <= n; i++ {
-			_, err := c.log.wait(fmt.Sprintf("hang %d", i), func(evs []faultserver.Event) bool {
+			_, err := c.log.wait(fmt.Sprintf("hang %d", i), func(evs []event) bool {
 				hangs := 0
 				for _, ev := range evs {
-					if ev.Event == "hang" {
+					if ev.Kind == "hang" {
 						hangs++
 					}
 				}
@@ -156,10 +156,10 @@ func advanceOnHang(n int) func(t *testing.T, r *rig, c *child) {
 var faults = []fault{
 	{name: "answers", tool: "echo", args: `{"text":"runbook"}`, outcome: "success", requests: 1},
 	{name: "a 70 KiB argument", tool: "echo", args: `{"text":"` + strings.Repeat("x", 70<<10) + `"}`, outcome: "success", requests: 1},
-	// Over HTTP the server takes at most faultserver.MaxBody: more is its
+	// Over HTTP the server takes at most mcptest.MaxBody: more is its
 	// refusal of the arguments (413), which smaller ones may pass, not a
 	// model's context overflowing.
-	{name: "an argument over the server's body limit", tool: "echo", args: `{"text":"` + strings.Repeat("x", faultserver.MaxBody) + `"}`, only: overHTTP,
+	{name: "an argument over the server's body limit", tool: "echo", args: `{"text":"` + strings.Repeat("x", mcptest.MaxBody) + `"}`, only: overHTTP,
 		class: "permanent", outcome: "failed_permanent", errType: "request_too_large", requests: 1,
 		hint: "echo cannot do this request (request_too_large)"},
 	{name: "fails twice, then answers", tool: "flaky", args: `{"text":"runbook"}`, outcome: "success_after_retry", requests: 3},

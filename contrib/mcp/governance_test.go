@@ -20,7 +20,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	retracemcp "github.com/retrace-go/retrace/contrib/mcp"
-	"github.com/retrace-go/retrace/contrib/mcp/internal/faultserver"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/tool"
@@ -232,7 +231,7 @@ func TestSecretsNeverReachASpanOrTheModel(t *testing.T) {
 	for _, tr := range []transport{overStdio, overHTTP} {
 		t.Run(string(tr)+"/the client's", func(t *testing.T) {
 			r := newRig(t, retracemcp.Config{Secrets: []string{secret}})
-			cs, c := connect(t, context.Background(), r.client, tr, r.rc.Transport, serverOpts{env: []string{faultserver.SecretEnv + "=" + secret}})
+			cs, c := connect(t, context.Background(), r.client, tr, r.rc.Transport, serverOpts{env: []string{secretEnv + "=" + secret}})
 			tools, err := r.rc.Attach(cs).Tools(context.Background())
 			require.NoError(t, err)
 			var res tool.Result
@@ -257,7 +256,7 @@ func TestSecretsNeverReachASpanOrTheModel(t *testing.T) {
 		t.Run(string(tr)+"/the server's", func(t *testing.T) {
 			r := newRig(t, retracemcp.Config{})
 			cs, c := connect(t, context.Background(), r.client, tr, r.rc.Transport,
-				serverOpts{env: []string{faultserver.SecretEnv + "=" + secret, faultserver.RedactEnv + "=" + secret}})
+				serverOpts{env: []string{secretEnv + "=" + secret, redactEnv + "=" + secret}})
 			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "leak"})
 			require.NoError(t, err)
 			c.finish(cs)

@@ -18,29 +18,14 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	"github.com/retrace-go/retrace/contrib/mcp/internal/faultserver"
 )
-
-// serverBin is the fault server, built once by TestMain.
-var serverBin string
-
-// buildServer builds the fault server into dir.
-func buildServer(dir string) (string, error) {
-	bin := filepath.Join(dir, "testserver")
-	out, err := exec.Command("go", "build", "-o", bin, "./internal/testserver").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("building the fault server: %v: %s", err, out)
-	}
-	return bin, nil
-}
 
 // serverLog is what a fault server process told on its stderr: one event a
 // line, and what else it wrote.
 type serverLog struct {
 	mu      sync.Mutex
 	buf     []byte
-	events  []faultserver.Event
+	events  []event
 	other   []string
 	changed chan struct{} // closed, and replaced, at each event
 }
@@ -52,8 +37,8 @@ func (l *serverLog) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	eachLine(&l.buf, p, func(b []byte) {
 		line := string(b)
-		var ev faultserver.Event
-		if json.Unmarshal([]byte(line), &ev) == nil && ev.Event != "" {
+		var ev event
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Kind != "" {
 			l.events = append(l.events, ev)
 			close(l.changed)
 			l.changed = make(chan struct{})
@@ -80,7 +65,7 @@ func eachLine(buf *[]byte, p []byte, line func([]byte)) {
 
 // await waits for the server to have told what ok looks for, and returns
 // the events so far.
-func (l *serverLog) await(t *testing.T, what string, ok func([]faultserver.Event) bool) []faultserver.Event {
+func (l *serverLog) await(t *testing.T, what string, ok func([]event) bool) []event {
 	t.Helper()
 	evs, err := l.wait(what, ok)
 	if err != nil {
@@ -91,12 +76,12 @@ func (l *serverLog) await(t *testing.T, what string, ok func([]faultserver.Event
 
 // wait is await for a goroutine other than the test's: it returns the
 // error instead of failing the test.
-func (l *serverLog) wait(what string, ok func([]faultserver.Event) bool) ([]faultserver.Event, error) {
+func (l *serverLog) wait(what string, ok func([]event) bool) ([]event, error) {
 	deadline := time.NewTimer(60 * time.Second) // a guard: the server tells at once or never
 	defer deadline.Stop()
 	for {
 		l.mu.Lock()
-		evs, ch := append([]faultserver.Event(nil), l.events...), l.changed
+		evs, ch := append([]event(nil), l.events...), l.changed
 		l.mu.Unlock()
 		if ok(evs) {
 			return evs, nil
@@ -117,16 +102,16 @@ func (l *serverLog) otherLines() []string {
 
 // requests are the requests of method (and tool, if not "") the server
 // received.
-func (l *serverLog) requests(method, tool string) []faultserver.Event {
+func (l *serverLog) requests(method, tool string) []event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return requestsIn(l.events, method, tool)
 }
 
-func requestsIn(evs []faultserver.Event, method, tool string) []faultserver.Event {
-	var out []faultserver.Event
+func requestsIn(evs []event, method, tool string) []event {
+	var out []event
 	for _, ev := range evs {
-		if ev.Event == "request" && ev.Method == method && (tool == "" || ev.Tool == tool) {
+		if ev.Kind == "request" && ev.Method == method && (tool == "" || ev.Tool == tool) {
 			out = append(out, ev)
 		}
 	}
@@ -140,10 +125,10 @@ func (c *child) finish(cs *mcp.ClientSession) {
 	c.stop()
 }
 
-func count(kind string) func([]faultserver.Event) bool {
-	return func(evs []faultserver.Event) bool {
+func count(kind string) func([]event) bool {
+	return func(evs []event) bool {
 		for _, ev := range evs {
-			if ev.Event == kind {
+			if ev.Kind == kind {
 				return true
 			}
 		}
@@ -182,7 +167,7 @@ func serverCommand(t *testing.T, so serverOpts) (*exec.Cmd, *child) {
 	}
 	cmd := exec.Command(serverBin, append([]string{"-spans", c.spans}, so.args...)...)
 	cmd.Stderr = c.log
-	cmd.Env = append(append(os.Environ(), "OTEL_TRACES_EXPORTER=none", "OTEL_METRICS_EXPORTER=none"), so.env...)
+	cmd.Env = append(append(os.Environ(), faultsEnv+"=1"), so.env...)
 	c.cmd = cmd
 	return cmd, c
 }
@@ -198,7 +183,7 @@ func startHTTP(t *testing.T, so serverOpts) *child {
 	t.Cleanup(func() { c.stop() })
 	evs := c.log.await(t, "where it listens", count("listening"))
 	for _, ev := range evs {
-		if ev.Event == "listening" {
+		if ev.Kind == "listening" {
 			c.url = ev.URL
 		}
 	}

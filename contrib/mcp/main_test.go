@@ -8,20 +8,23 @@ import (
 	"go.uber.org/goleak"
 )
 
+// serverBin is the fault server: this test binary (see faultsEnv).
+var serverBin string
+
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "retracemcp-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	if os.Getenv(faultsEnv) != "" {
+		if err := serveFaults(os.Args[1:], os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "fault server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
-	serverBin, err = buildServer(dir)
-	if err != nil {
+	var err error
+	if serverBin, err = os.Executable(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		_ = os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()
-	_ = os.RemoveAll(dir)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

@@ -25,7 +25,7 @@ import (
 	"github.com/retrace-go/retrace/telemetry/setup"
 )
 
-// mcpSide is one run of contrib/mcp's mcpdemo command, as its JSON says.
+// mcpSide is one run of the examples/mcp command, as its JSON says.
 type mcpSide struct {
 	ServerRequests int    `json:"server_requests"` // tools/call search_docs the MCP server received
 	ModelRequests  int    `json:"model_requests"`
@@ -44,14 +44,14 @@ type mcpSide struct {
 }
 
 // mcp is the incident with search_docs an MCP tool in a process of its own,
-// answering 429: contrib/mcp's mcpdemo command runs it (the MCP SDK is a
+// answering 429: the examples/mcp command runs it (the MCP SDK is a
 // dependency of that module, not of this one), naive and under retrace,
 // with its own OTLP export from the same OTEL_* environment, and hands
 // back its spans and its server's, which join this process's store: the
 // tree, the counts and -otlp-file see both processes.
 func (d *demo) mcp(ctx context.Context) (result, error) {
 	start := time.Now()
-	dir, err := contribDir("mcp")
+	dir, err := moduleDir("examples/mcp")
 	if err != nil {
 		return result{}, err
 	}
@@ -61,23 +61,23 @@ func (d *demo) mcp(ctx context.Context) (result, error) {
 	}
 	defer os.RemoveAll(tmp)
 	spansFile := filepath.Join(tmp, "spans.jsonl")
-	cmd := exec.CommandContext(ctx, "go", "run", "-C", dir, "./cmd/mcpdemo", "-json", "-spans", spansFile,
+	cmd := exec.CommandContext(ctx, "go", "run", "-C", dir, ".", "-json", "-spans", spansFile,
 		"-time-scale", fmt.Sprint(d.opts.timeScale), "-model", d.opts.model)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return result{}, fmt.Errorf("contrib/mcp's mcpdemo: %w: %s", err, stderr.Bytes())
+		return result{}, fmt.Errorf("examples/mcp: %w: %s", err, stderr.Bytes())
 	}
 	var rep struct {
 		Naive    mcpSide `json:"naive"`
 		Governed mcpSide `json:"governed"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		return result{}, fmt.Errorf("mcpdemo's report is not JSON: %w: %s", err, stdout.Bytes())
+		return result{}, fmt.Errorf("examples/mcp's report is not JSON: %w: %s", err, stdout.Bytes())
 	}
 	naiveID, err := trace.TraceIDFromHex(rep.Naive.TraceID)
 	if err != nil {
-		return result{}, fmt.Errorf("mcpdemo's naive run: %w", err)
+		return result{}, fmt.Errorf("examples/mcp's naive run: %w", err)
 	}
 	if err := d.importSpans(spansFile, naiveID, rep.Governed.TraceID); err != nil {
 		return result{}, err
@@ -123,20 +123,21 @@ func checkMCP(r result, naive, governed mcpSide) []string {
 	return p
 }
 
-// contribDir finds contrib/NAME, its module, above the working directory:
-// the demo runs from the repository's root, its tests from examples/agent.
-func contribDir(name string) (string, error) {
+// moduleDir finds the module at path (slash-separated, from the
+// repository's root) above the working directory: the demo runs from the
+// repository's root, its tests from examples/agent.
+func moduleDir(path string) (string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for dir := wd; ; dir = filepath.Dir(dir) {
-		c := filepath.Join(dir, "contrib", name)
+		c := filepath.Join(dir, filepath.FromSlash(path))
 		if _, err := os.Stat(filepath.Join(c, "go.mod")); err == nil {
 			return c, nil
 		}
 		if filepath.Dir(dir) == dir {
-			return "", fmt.Errorf("contrib/%s is not above %s: run the demo from the repository", name, wd)
+			return "", fmt.Errorf("%s is not above %s: run the demo from the repository", path, wd)
 		}
 	}
 }
@@ -150,7 +151,7 @@ func (d *demo) importSpans(path string, naive trace.TraceID, governed string) er
 	}
 	rss, err := setup.ReadOTLPJSON(bytes.NewReader(raw))
 	if err != nil {
-		return fmt.Errorf("mcpdemo's spans: %w", err)
+		return fmt.Errorf("examples/mcp's spans: %w", err)
 	}
 	var spans []sdktrace.ReadOnlySpan
 	for _, rs := range rss {
@@ -169,7 +170,7 @@ func (d *demo) importSpans(path string, naive trace.TraceID, governed string) er
 		}
 	}
 	if len(spans) == 0 {
-		return errors.New("mcpdemo wrote no span of its runs")
+		return errors.New("examples/mcp wrote no span of its runs")
 	}
 	for _, s := range spans {
 		d.spans.OnEnd(s)
@@ -181,7 +182,7 @@ func stubOf(s *tracepb.Span, res *resource.Resource, scope instrumentation.Scope
 	var tid trace.TraceID
 	var sid, pid trace.SpanID
 	if len(s.TraceId) != len(tid) || len(s.SpanId) != len(sid) {
-		return tracetest.SpanStub{}, fmt.Errorf("mcpdemo's span %q has no valid IDs", s.Name)
+		return tracetest.SpanStub{}, fmt.Errorf("examples/mcp's span %q has no valid IDs", s.Name)
 	}
 	copy(tid[:], s.TraceId)
 	copy(sid[:], s.SpanId)

@@ -1,15 +1,17 @@
-// Command mcpdemo is the demo's mcp scenario: the incident, with
-// search_docs an MCP tool in a process of its own, answering 429. An agent
-// loop runs twice against it, once with a naive client and once under
-// retrace, and the command prints what each run cost: the requests the MCP
-// server received, the model's, the trace's leaf spans and retrace.calls.
-// The demo runs it (the MCP SDK stays out of the core module):
+// Command mcp is the demo's mcp scenario, in a module of its own so that
+// the MCP SDK stays out of the core's and the adapter ships no demo: the
+// incident, with search_docs an MCP tool in a process of its own (package
+// mcptest's server, this command run again with -serve), answering 429.
+// An agent loop runs twice against it, once with a naive client and once
+// under retrace, and the command prints what each run cost: the requests
+// the MCP server received, the model's, the trace's leaf spans and
+// retrace.calls. The demo (examples/agent) runs it:
 //
-//	go run -C contrib/mcp ./cmd/mcpdemo -json -spans FILE
+//	go run -C examples/mcp . -json -spans FILE
 //
 // Both processes trace where the OTEL_* environment says (the server as
 // retrace-mcp-docs), and -spans writes every span of both runs, the
-// server's too, as OTLP JSON lines. With -serve it is the MCP server.
+// server's too, as OTLP JSON lines.
 package main
 
 import (
@@ -35,7 +37,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	retracemcp "github.com/retrace-go/retrace/contrib/mcp"
-	"github.com/retrace-go/retrace/contrib/mcp/internal/faultserver"
+	"github.com/retrace-go/retrace/contrib/mcp/mcptest"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -56,8 +58,8 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "-serve" {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 		defer stop()
-		if err := faultserver.Run(ctx, os.Args[2:], os.Stdin, os.Stdout, os.Stderr); err != nil {
-			fmt.Fprintln(os.Stderr, "mcpdemo -serve:", err)
+		if err := serve(ctx, os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "mcp -serve:", err)
 			os.Exit(1)
 		}
 		return
@@ -71,7 +73,7 @@ func main() {
 	defer stop()
 	rep, err := run(ctx, *spans, *scale, *model)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mcpdemo:", err)
+		fmt.Fprintln(os.Stderr, "mcp:", err)
 		os.Exit(1)
 	}
 	if *asJSON {
@@ -132,7 +134,7 @@ func run(ctx context.Context, spansFile string, scale float64, model string) (re
 		return report{}, err
 	}
 	defer func() { _ = shutdown(context.Background()) }()
-	dir, err := os.MkdirTemp("", "mcpdemo-")
+	dir, err := os.MkdirTemp("", "retrace-mcp-demo-")
 	if err != nil {
 		return report{}, err
 	}
@@ -374,7 +376,7 @@ func (c *cache) n() int {
 type requestLog struct {
 	mu     sync.Mutex
 	buf    []byte
-	events []faultserver.Event
+	events []mcptest.Event
 	other  []string
 }
 
@@ -387,8 +389,8 @@ func (l *requestLog) Write(p []byte) (int, error) {
 		if i < 0 {
 			return len(p), nil
 		}
-		var ev faultserver.Event
-		if json.Unmarshal(l.buf[:i], &ev) == nil && ev.Event != "" {
+		var ev mcptest.Event
+		if json.Unmarshal(l.buf[:i], &ev) == nil && ev.Kind != "" {
 			l.events = append(l.events, ev)
 		} else {
 			l.other = append(l.other, string(l.buf[:i]))
@@ -402,7 +404,7 @@ func (l *requestLog) calls(tool string) int {
 	defer l.mu.Unlock()
 	n := 0
 	for _, ev := range l.events {
-		if ev.Event == "request" && ev.Method == telemetry.MCPMethodToolsCall && ev.Tool == tool {
+		if ev.Kind == "request" && ev.Method == telemetry.MCPMethodToolsCall && ev.Tool == tool {
 			n++
 		}
 	}
