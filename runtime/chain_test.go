@@ -43,18 +43,26 @@ func TestRejectedKeyReadsOnce(t *testing.T) {
 
 	require.Error(t, err)
 	assert.Equal(t, 1, srv.Requests())
-	assert.LessOrEqual(t, depth(err), 4, "ExecError → FailedError → TurnError → APIError")
+	assert.LessOrEqual(t, depth(err), 4, "ExecError → the session's stop → the model's stop → the answer")
 	assert.Equal(t, 1, strings.Count(err.Error(), "permanently"), err.Error())
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, policies.OutcomeFailedPermanent, ee.Outcome)
 	assert.Equal(t, 1, strings.Count(ee.Diagnosis, "permanently"), ee.Diagnosis)
-	var api *policies.Error
-	require.ErrorAs(t, err, &api)
-	assert.Equal(t, 401, api.StatusCode)
+	// One errors.As reads the whole failure: which layer stopped, why,
+	// after how many attempts, and what the provider answered.
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, "session", fe.Layer, "the session's failure, passed up unchanged")
+	assert.Equal(t, policies.OutcomeFailedPermanent, fe.Outcome)
+	assert.Equal(t, 1, fe.Attempts)
+	assert.Equal(t, policies.Permanent, fe.Class)
+	assert.Equal(t, "invalid_api_key", fe.Type)
+	assert.Equal(t, "http 401 invalid_api_key", fe.Reason)
+	assert.Equal(t, 401, fe.StatusCode)
+	assert.Equal(t, "invalid_api_key", fe.Code)
+	assert.Contains(t, fe.Message, "Incorrect API key provided")
+	assert.NotContains(t, fe.Message, "sk-test-0123456789abcdefghij")
 	assert.NotContains(t, err.Error(), "sk-test-0123456789abcdefghij")
 }
 
