@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -91,7 +93,10 @@ type result struct {
 	text      string
 	err       error
 	disagree  string // a failed span whose class or type differs from the others, if one does
-	spans     []sdktrace.ReadOnlySpan
+	// classified counts the classifications of raw failures, failures the
+	// requests that failed (a compaction's second call is a request too).
+	classified, failures int64
+	spans                []sdktrace.ReadOnlySpan
 }
 
 func run(t *testing.T, p path, f fault) result {
@@ -109,7 +114,14 @@ func run(t *testing.T, p path, f fault) result {
 	otel.SetTracerProvider(tp)
 	defer otel.SetTracerProvider(prev)
 	clk := clock.NewVirtual(epoch)
-	e := env{opts: []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}, clk: clk}
+	// Every layer classifies with rules that count the raw failures they
+	// read: a failure is classified once, where it is read, and carried up.
+	var classified atomic.Int64
+	counting := policies.NewClassifier(func(error) (policies.Classification, bool) {
+		classified.Add(1)
+		return policies.Classification{}, false
+	})
+	e := env{opts: []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk), middleware.WithClassifier(counting)}, clk: clk}
 
 	// One outer layer makes every path one trace (a Session compacts and
 	// calls its layer again after an overflow).
@@ -121,6 +133,11 @@ func run(t *testing.T, p path, f fault) result {
 	spans := rec.Ended()
 	r.spans = spans
 	r.requests = srv.Requests()
+	r.classified = classified.Load()
+	r.failures = int64(r.requests)
+	if r.err == nil {
+		r.failures-- // the request that answered
+	}
 	traces := retracetest.ByTrace(spans)
 	require.Len(t, traces, 1, "%s, %s: one trace", p.name, f.name)
 	c, err := retracetest.TraceCounts(traces[0])
@@ -186,6 +203,9 @@ func TestConformanceMatrix(t *testing.T) {
 						t.Log(s.Name(), s.SpanContext().SpanID(), s.Parent().SpanID(), s.InstrumentationScope().Name)
 					}
 					t.Errorf("counts: %d requests, %d leaf spans, retrace.calls %d, worst case %d", r.requests, r.leafSpans, r.calls, r.worst)
+				}
+				if r.classified != r.failures {
+					t.Errorf("%d failed requests classified %d times: a failure is classified once", r.failures, r.classified)
 				}
 				if r.disagree != "" {
 					t.Errorf("the failure's spans disagree: the root says %s %s, %s", r.class, r.errType, r.disagree)
