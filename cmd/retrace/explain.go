@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -324,7 +325,7 @@ func analyze(f *forest) (*Analysis, error) {
 	a.Nested, a.Product = nesting(root, f.all)
 	a.Breakers = breakers(f.all)
 	for _, n := range f.all {
-		if o := n.str(telemetry.Outcome); n.isLayer() && (o == "rejected" || o == "budget_exhausted") {
+		if o := n.str(telemetry.Outcome); n.isLayer() && (o == string(policies.OutcomeRejected) || o == string(policies.OutcomeBudgetExhausted)) {
 			a.Decisions = append(a.Decisions, Decision{Span: n.s.Name(), Outcome: o, Diagnosis: n.str(telemetry.Diagnosis)})
 		}
 	}
@@ -475,7 +476,7 @@ func budget(all []*node) *Budget {
 			b = &Budget{Remaining: n.num(telemetry.BudgetLeft)}
 		}
 		b.Remaining = min(b.Remaining, n.num(telemetry.BudgetLeft))
-		if n.str(telemetry.Outcome) == "budget_exhausted" {
+		if n.str(telemetry.Outcome) == string(policies.OutcomeBudgetExhausted) {
 			b.Refusals++
 		}
 	}
@@ -572,8 +573,8 @@ func advise(a *Analysis, all []*node) []Advice {
 
 	// Every leaf call failed alike and no breaker acted: a breaker would
 	// have stopped the calls.
-	if len(a.Breakers) == 0 && len(a.Errors) == 1 && a.Errors[0].Class == "transient" && a.Errors[0].Count >= 5 &&
-		a.Errors[0].Count == a.LeafSpans && a.Outcome != "success" && a.Outcome != "success_after_retry" {
+	if len(a.Breakers) == 0 && len(a.Errors) == 1 && a.Errors[0].Class == string(policies.Transient) && a.Errors[0].Count >= 5 &&
+		a.Errors[0].Count == a.LeafSpans && a.Outcome != string(policies.OutcomeSuccess) && a.Outcome != string(policies.OutcomeSuccessAfterRetry) {
 		out = append(out, Advice{Kind: "add_breaker", Text: fmt.Sprintf(
 			"all %d calls failed alike (%s %s) and no circuit breaker acted: a breaker on the called layer (policies.NewCircuitBreaker, 5 failures) would have refused the rest at once",
 			a.Errors[0].Count, a.Errors[0].Class, a.Errors[0].Type)})
@@ -586,7 +587,7 @@ func advise(a *Analysis, all []*node) []Advice {
 // the same call followed.
 func retriedTransient(all []*node, layer string) bool {
 	for _, n := range all {
-		if n.isAttempt() && n.str(telemetry.ErrorClass) == "transient" && n.up != nil && n.up.str(telemetry.Layer) == layer &&
+		if n.isAttempt() && n.str(telemetry.ErrorClass) == string(policies.Transient) && n.up != nil && n.up.str(telemetry.Layer) == layer &&
 			n.num(telemetry.Attempt) < n.up.lastAttempt {
 			return true
 		}
