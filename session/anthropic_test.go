@@ -399,7 +399,7 @@ func TestAnthropicLimits(t *testing.T) {
 	})
 	_, err := p.Stream(context.Background(), session.Request{Model: "claude-test", Messages: []session.Message{{Role: session.User, Content: "hi"}}}, nil)
 	le := requireLimit(t, err)
-	assert.Equal(t, "limit "+session.LimitEvent, le.Reason)
+	assert.Equal(t, "limit MaxEventBytes", le.Reason)
 	assert.Equal(t, policies.Permanent, policies.Classify(err).Class)
 	assert.Contains(t, le.Message, "(4096 bytes)")
 

@@ -17,10 +17,10 @@ import (
 // a user's own handler around an SDK client. Its two layers are the ones a
 // Session runs:
 //
-//   - [InferenceLayer], layer "session": the inference span "chat {Model}"
+//   - the inference layer, layer "session": the inference span "chat {Model}"
 //     (CLIENT, with the GenAI attributes from its start and the answer's
 //     usage, model, ID and finish reasons at its end), covering the retry;
-//   - [ModelLayer], layer "model", once per attempt (INTERNAL, without
+//   - the model layer, layer "model", once per attempt (INTERNAL, without
 //     gen_ai.operation.name, so that a GenAI backend counts one operation per
 //     logical call): the attempt's timeout and Policies.
 //
@@ -74,10 +74,10 @@ func (in Inference[Resp]) withDefaults() Inference[Resp] {
 	return in
 }
 
-// InferenceLayer is the logical model call's layer: "session", the
-// inference span "chat {Model}" around the retry. Put [ModelLayer] beneath
+// inferenceLayer is the logical model call's layer: "session", the
+// inference span "chat {Model}" around the retry. Put the model layer beneath
 // it, or use [InferenceLayers] for both.
-func InferenceLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
+func inferenceLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
 	in = in.withDefaults()
 	attrs := []attribute.KeyValue{telemetry.GenAIOperation.String("chat")}
 	if in.Provider != "" {
@@ -119,9 +119,9 @@ func InferenceLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req
 	return middleware.PoliciesWith[Req, Resp]("session", opts, policies.NewRetry[Resp](in.Retry))
 }
 
-// ModelLayer is the layer of each attempt of a logical model call:
+// modelCallLayer is the layer of each attempt of a logical model call:
 // "model", INTERNAL, cut by the attempt's timeout, through Policies.
-func ModelLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
+func modelCallLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
 	in = in.withDefaults()
 	opts := append([]middleware.Option{}, in.Options...)
 	if in.Retry.Classifier != nil {
@@ -139,7 +139,7 @@ func ModelLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Re
 	return middleware.PoliciesWith[Req, Resp]("model", opts, ps...)
 }
 
-// InferenceLayers is [InferenceLayer] around [ModelLayer]: a logical model
+// InferenceLayers is the inference layer around the model layer: a logical model
 // call as a Session makes it, for a handler that makes one attempt.
 //
 //	call := session.InferenceLayers[Prompt, *Reply](session.Inference[*Reply]{
@@ -147,7 +147,7 @@ func ModelLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Re
 //		Describe: func(r *Reply) session.Message { return session.Message{Usage: r.Usage} },
 //	})(handler)
 func InferenceLayers[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
-	return middleware.Chain(InferenceLayer[Req](in), ModelLayer[Req](in))
+	return middleware.Chain(inferenceLayer[Req](in), modelCallLayer[Req](in))
 }
 
 // inference is candidate c's logical model call, with the session's

@@ -70,11 +70,11 @@ func (l Limits) orDefaults() Limits {
 // Names of the limits: an answer past one is a Permanent *policies.Error
 // whose Reason names it ("limit MaxEventBytes").
 const (
-	LimitEvent    = "MaxEventBytes"
-	LimitResponse = "MaxResponseBytes"
-	// LimitSDKLine is the SDK's own bound on one line of an event stream
+	limitEvent    = "MaxEventBytes"
+	limitResponse = "MaxResponseBytes"
+	// limitSDKLine is the SDK's own bound on one line of an event stream
 	// (32 MiB), which a MaxEventBytes above it cannot raise.
-	LimitSDKLine = "SDKLine"
+	limitSDKLine = "SDKLine"
 )
 
 // sdkLineLimit is the SDK's bound on one line (bufio.MaxScanTokenSize<<9).
@@ -87,9 +87,9 @@ const sdkLineLimit = 32 << 20
 func limitExceeded(limit string, bytes int64) error {
 	typ, msg := "event_too_large", fmt.Sprintf("a line of the provider's stream is longer than the SDK allows (%d bytes)", bytes)
 	switch limit {
-	case LimitEvent:
+	case limitEvent:
 		msg = fmt.Sprintf("an event of the provider's stream is longer than Limits.MaxEventBytes (%d bytes)", bytes)
-	case LimitResponse:
+	case limitResponse:
 		typ, msg = "response_too_large", fmt.Sprintf("the provider's answer is longer than Limits.MaxResponseBytes (%d bytes)", bytes)
 	}
 	return &policies.Error{Class: policies.Permanent, Type: typ, Reason: "limit " + limit, Message: msg}
@@ -234,9 +234,9 @@ func (r *eventReader) add(seg []byte) {
 func (r *eventReader) check() error {
 	switch {
 	case r.counted() > r.maxEvent:
-		return limitExceeded(LimitEvent, r.maxEvent)
+		return limitExceeded(limitEvent, r.maxEvent)
 	case r.total > r.maxTotal:
-		return limitExceeded(LimitResponse, r.maxTotal)
+		return limitExceeded(limitResponse, r.maxTotal)
 	}
 	return nil
 }

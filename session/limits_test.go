@@ -113,7 +113,7 @@ func TestEventOverTheLimit(t *testing.T) {
 			assert.Equal(t, policies.Permanent, c.Class)
 			assert.Equal(t, "event_too_large", c.Type)
 			le := requireLimit(t, err)
-			assert.Equal(t, "limit "+session.LimitEvent, le.Reason)
+			assert.Equal(t, "limit MaxEventBytes", le.Reason)
 			assert.Contains(t, err.Error(), "Limits.MaxEventBytes (1048576 bytes)")
 			assert.Equal(t, 1, b.srv.Requests(), "a permanent error is not retried")
 			assert.LessOrEqual(t, b.read.Load(), int64(session.DefaultMaxEventBytes+1), "the client reads one byte past the limit")
@@ -135,7 +135,7 @@ func TestLineOverTheSDKLimit(t *testing.T) {
 	assert.Equal(t, policies.Permanent, c.Class)
 	assert.Equal(t, "event_too_large", c.Type)
 	le := requireLimit(t, err)
-	assert.Equal(t, "limit "+session.LimitSDKLine, le.Reason)
+	assert.Equal(t, "limit SDKLine", le.Reason)
 	assert.Equal(t, 1, b.srv.Requests())
 }
 

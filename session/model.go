@@ -10,11 +10,11 @@ import (
 	"github.com/retrace-go/retrace/policies"
 )
 
-// modelLayer is candidate c's model layer ([ModelLayer]), one per session
+// modelLayer is candidate c's model layer (modelCallLayer), one per session
 // attempt: an INTERNAL span "model", cut by the model timeout, through the
 // candidate's own model policies, around its provider.
 func (s *Session) modelLayer(c Candidate) middleware.Handler[Request, Message] {
-	return ModelLayer[Request](s.inference(c))(s.streamer(c.Provider))
+	return modelCallLayer[Request](s.inference(c))(s.streamer(c.Provider))
 }
 
 // streamer is the model layer's handler for provider p: one provider call,

@@ -189,7 +189,7 @@ func ownStreamError(err error) error {
 // (dropped, which the session retries).
 func readFailure(ctx context.Context, err error, started bool) error {
 	if errors.Is(err, bufio.ErrTooLong) {
-		return limitExceeded(LimitSDKLine, sdkLineLimit)
+		return limitExceeded(limitSDKLine, sdkLineLimit)
 	}
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError

@@ -26,7 +26,7 @@ type turn struct {
 // within each, are INTERNAL; the physical requests beneath are the HTTP
 // CLIENT spans.
 func (s *Session) sessionLayer(c Candidate) middleware.Handler[*turn, Message] {
-	return InferenceLayer[*turn](s.inference(c))(s.attempt)
+	return inferenceLayer[*turn](s.inference(c))(s.attempt)
 }
 
 // attempt is one try of the turn on its candidate, inside the session

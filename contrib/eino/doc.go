@@ -1,6 +1,6 @@
 // Package retraceeino drops retrace into cloudwego/eino agents: an eino
 // ChatModelAgent's model calls go through the same layers as a retrace
-// Session's (session.InferenceLayer and session.ModelLayer), its tool calls,
+// Session's (the inference layer and the model layer of session.InferenceLayers), its tool calls,
 // of every kind eino has, through retrace's tool governance
 // (classification, retry with jitter and the task budget, a breaker per
 // tool, a bulkhead, and the structured failure the model reads instead of

@@ -18,9 +18,9 @@
 //     retrace.calls.worst_case; its steps are the loop's turns
 //     (ai.WithMaxTurns, genkit's default 5);
 //   - WrapModel: each model call is the inference layer a Session makes
-//     (session.InferenceLayer: span "chat {model}", CLIENT, with the GenAI
+//     (session.InferenceLayers: the inference layer, span "chat {model}", CLIENT, with the GenAI
 //     attributes, retried as Config.Retry says, policies.SessionRetry by
-//     default) over a model layer per attempt (session.ModelLayer: its
+//     default) over a model layer per attempt (the model layer: its
 //     timeout). The model and provider are Config's, else genkit's
 //     "provider/model" name of the call. A streamed call's chunks reach the
 //     streaming callback once the attempt that streamed them has answered,
