@@ -21,6 +21,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/timeout"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/errchain"
 )
 
 // Rule classifies the errors it recognises and reports false for the rest.
@@ -56,7 +57,9 @@ func (c *Classifier) Classify(err error) (cl Classification) {
 			cl = Classification{Class: Programming, Type: "error_panicked", Reason: fmt.Sprintf("the error's methods panicked: %v", v)}
 		}
 	}()
-	if fe := failedIn(err); fe != nil {
+	var ch errchain.Chain
+	ch.Add(err)
+	if fe := failedIn(&ch); fe != nil {
 		// A layer's failure carries its classification: the layers and
 		// callers it reaches read it instead of working it out again, user
 		// rules included, so that one failure has one class on every span.
@@ -72,32 +75,20 @@ func (c *Classifier) Classify(err error) (cl Classification) {
 			}
 		}
 	}
-	return classify(err)
+	return classifyChain(err, &ch)
 }
 
-// failedIn returns the layer's stop (an *Error with an Outcome) that
-// decides err's class: err itself, or the first in its chain when no other
-// *Error comes before it. It looks no further than a
-// few wrappers deep: a layer's failure is near the top of what it returns.
-func failedIn(err error) *Error {
-	for depth := 0; err != nil && depth < 8; depth++ {
-		switch e := err.(type) {
-		case *Error:
+// failedIn returns the layer's stop (an *Error with an Outcome and a
+// class) that decides the chain's class: its first *Error, when that is
+// one. A layer's failure is near the top of what it returns.
+func failedIn(c *errchain.Chain) *Error {
+	for _, err := range c.All() {
+		if e, ok := err.(*Error); ok {
 			if e.Outcome != "" && e.Class != "" {
 				return e
 			}
 			return nil
-		case interface{ Unwrap() []error }:
-			if errs := e.Unwrap(); len(errs) > 0 {
-				err = errs[0]
-				continue
-			}
-			return nil
-		case interface{ Unwrap() error }:
-			err = e.Unwrap()
-			continue
 		}
-		return nil
 	}
 	return nil
 }
@@ -190,8 +181,8 @@ func lowerASCII(s string, buf []byte) []byte {
 }
 
 // explicitIn returns the first *Error of the chain with a class of its own.
-func explicitIn(c *chain) (*Error, bool) {
-	for _, err := range c.all() {
+func explicitIn(c *errchain.Chain) (*Error, bool) {
+	for _, err := range c.All() {
 		if e, ok := err.(*Error); ok && e.Class != "" {
 			return e, true
 		}
@@ -199,17 +190,12 @@ func explicitIn(c *chain) (*Error, bool) {
 	return nil, false
 }
 
-// classify applies the default rules in order; the first match wins. It
-// reads err's chain once (see chain) and asks every rule of that.
-func classify(err error) Classification {
-	if err == nil {
-		return Classification{}
-	}
-	var c chain
-	c.add(err)
+// classifyChain applies the default rules in order to err, whose chain c
+// is read once; the first match wins.
+func classifyChain(err error, c *errchain.Chain) Classification {
 	// 1. An explicit class: a tool's or provider's own, a policy's
 	// rejection, the layer's own timeout, a recovered panic.
-	if explicit, ok := explicitIn(&c); ok {
+	if explicit, ok := explicitIn(c); ok {
 		t, reason := explicit.Type, explicit.Reason
 		if t == "" {
 			t = string(explicit.Class)
@@ -221,33 +207,33 @@ func classify(err error) Classification {
 	}
 	// 2. Rejections by a policy: they say nothing about the call itself.
 	switch {
-	case c.is(circuitbreaker.ErrOpen):
+	case c.Is(circuitbreaker.ErrOpen):
 		return Classification{Class: Transient, Type: "circuit_open", Reason: "circuit breaker open"}
-	case c.is(bulkhead.ErrFull):
+	case c.Is(bulkhead.ErrFull):
 		return Classification{Class: Transient, Type: "bulkhead_full", Reason: "bulkhead full"}
-	case c.is(ratelimiter.ErrExceeded):
+	case c.Is(ratelimiter.ErrExceeded):
 		return Classification{Class: Transient, Type: "rate_limited", Reason: "rate limiter exceeded"}
-	case c.isAny(ErrBudgetExhausted, budget.ErrExceeded):
+	case c.IsAny(ErrBudgetExhausted, budget.ErrExceeded):
 		return Classification{Class: Transient, Type: "budget_exhausted", Reason: "retry budget exhausted"}
 	}
 	// 3. Time: our own per-attempt timeout is Transient, the caller's end is not.
-	if c.is(timeout.ErrExceeded) {
+	if c.Is(timeout.ErrExceeded) {
 		return Classification{Class: Transient, Type: "attempt_timeout", Reason: "attempt timeout"}
 	}
-	if c.is(context.Canceled) {
+	if c.Is(context.Canceled) {
 		return Classification{Class: Canceled, Type: "context.Canceled", Reason: "context canceled"}
 	}
-	if c.is(context.DeadlineExceeded) {
+	if c.Is(context.DeadlineExceeded) {
 		return Classification{Class: Canceled, Type: "context.DeadlineExceeded", Reason: "context deadline exceeded"}
 	}
 	// 4. Bugs.
-	if c.is(errors.ErrUnsupported) {
+	if c.Is(errors.ErrUnsupported) {
 		return Classification{Class: Programming, Type: "errors.ErrUnsupported", Reason: "unsupported"}
 	}
 
-	api, decoded := providerAnswerIn(&c)
+	api, decoded := providerAnswerIn(c)
 	hasAPI := api != nil
-	netType, netReason := netFailure(&c)
+	netType, netReason := netFailure(c)
 	// The text the words are read in: an API error's own code and message
 	// when it is the error itself (no layer's words around it), else the
 	// whole text, and the provider's words besides when an SDK's error
@@ -258,7 +244,7 @@ func classify(err error) Classification {
 	} else if msg = engine.ErrorText(err); decoded {
 		msg += " " + api.Code + ": " + api.Message
 	}
-	typ := errorTypeOf(&c, api, netType)
+	typ := errorTypeOf(c, api, netType)
 	with := func(class Class, reason string) Classification {
 		c := Classification{Class: class, Type: typ, Reason: reason}
 		if hasAPI {
@@ -416,8 +402,8 @@ const errorTypeOther = "_OTHER"
 // used: it changes with the code, and the layers of one failure would
 // disagree on it.
 func errorType(err error) string {
-	var c chain
-	c.add(err)
+	var c errchain.Chain
+	c.Add(err)
 	api, _ := providerAnswerIn(&c)
 	typ, _ := netFailure(&c)
 	return errorTypeOf(&c, api, typ)
@@ -425,7 +411,7 @@ func errorType(err error) string {
 
 // errorTypeOf is errorType with the chain's provider answer, if it has one,
 // and its network failure's name already found.
-func errorTypeOf(c *chain, api *Error, netType string) string {
+func errorTypeOf(c *errchain.Chain, api *Error, netType string) string {
 	if api != nil {
 		if code := safeCode(api.Code); code != "" {
 			return code
@@ -437,7 +423,7 @@ func errorTypeOf(c *chain, api *Error, netType string) string {
 			return errorTypeOther
 		}
 	}
-	for _, err := range c.all() {
+	for _, err := range c.All() {
 		// retrace's own failures name themselves (a dropped stream, a limit
 		// passed), and so may any error, with an ErrorType() string method.
 		var name string
@@ -460,26 +446,26 @@ func errorTypeOf(c *chain, api *Error, netType string) string {
 // netFailure is the one table of Go's network failures: the error.type
 // each is named by, and the reason it is transient ("" for one that is not:
 // a DNS name that does not exist, a certificate).
-func netFailure(c *chain) (typ, reason string) {
+func netFailure(c *errchain.Chain) (typ, reason string) {
 	switch {
-	case c.is(syscall.ECONNRESET):
+	case c.Is(syscall.ECONNRESET):
 		return "connection_reset", "connection reset"
-	case c.is(syscall.ECONNREFUSED):
+	case c.Is(syscall.ECONNREFUSED):
 		return "connection_refused", "connection refused"
-	case c.isAny(syscall.ECONNABORTED, syscall.EPIPE, net.ErrClosed):
+	case c.IsAny(syscall.ECONNABORTED, syscall.EPIPE, net.ErrClosed):
 		return "connection_closed", "connection closed"
-	case c.is(io.ErrUnexpectedEOF):
+	case c.Is(io.ErrUnexpectedEOF):
 		return "unexpected_eof", "unexpected EOF"
-	case c.is(io.EOF):
+	case c.Is(io.EOF):
 		return "eof", "other side closed"
 	}
-	if ne, ok := chainAs[net.Error](c); ok && ne.Timeout() {
+	if ne, ok := errchain.As[net.Error](c); ok && ne.Timeout() {
 		return "timeout", "timeout"
 	}
-	if oe, ok := chainAs[*net.OpError](c); ok {
+	if oe, ok := errchain.As[*net.OpError](c); ok {
 		return "network_error", "network: " + oe.Op
 	}
-	if dns, ok := chainAs[*net.DNSError](c); ok {
+	if dns, ok := errchain.As[*net.DNSError](c); ok {
 		if dns.IsTemporary || dns.IsTimeout {
 			return "dns_error", "dns"
 		}
@@ -492,11 +478,11 @@ func netFailure(c *chain) (typ, reason string) {
 }
 
 // isTLS reports whether the chain holds a certificate or TLS record failure.
-func isTLS(c *chain) bool {
-	_, unknownAuthority := chainAs[x509.UnknownAuthorityError](c)
-	_, hostname := chainAs[x509.HostnameError](c)
-	_, invalidCert := chainAs[x509.CertificateInvalidError](c)
-	_, verification := chainAs[*tls.CertificateVerificationError](c)
-	_, record := chainAs[tls.RecordHeaderError](c)
+func isTLS(c *errchain.Chain) bool {
+	_, unknownAuthority := errchain.As[x509.UnknownAuthorityError](c)
+	_, hostname := errchain.As[x509.HostnameError](c)
+	_, invalidCert := errchain.As[x509.CertificateInvalidError](c)
+	_, verification := errchain.As[*tls.CertificateVerificationError](c)
+	_, record := errchain.As[tls.RecordHeaderError](c)
 	return unknownAuthority || hostname || invalidCert || verification || record
 }

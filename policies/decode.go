@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/errchain"
 )
 
 // This file is the one decoder of provider answers. Whoever made the call
@@ -216,15 +217,15 @@ func AsAnswer(err error) (*Error, bool) {
 // providerAnswer is AsAnswer, and whether the answer was decoded from an
 // SDK's error rather than found as an *Error.
 func providerAnswer(err error) (api *Error, decoded bool) {
-	var c chain
-	c.add(err)
+	var c errchain.Chain
+	c.Add(err)
 	return providerAnswerIn(&c)
 }
 
 // providerAnswerIn is providerAnswer on a chain already read: the first
 // error of it that is an *Error, or that has an SDK's error's shape.
-func providerAnswerIn(c *chain) (*Error, bool) {
-	for _, err := range c.all() {
+func providerAnswerIn(c *errchain.Chain) (*Error, bool) {
+	for _, err := range c.All() {
 		if e, ok := err.(*Error); ok {
 			if e.answer() {
 				return e, false

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/errchain"
 )
 
 // Redact replaces API keys, bearer tokens and other credentials in s with
@@ -1067,7 +1068,7 @@ func redactAPIErrors(err error, known []string) {
 }
 
 func redactAPIChain(err error, known []string, depth int, seen *int) {
-	for ; err != nil && depth < 16 && *seen < maxChain; depth++ {
+	for ; err != nil && depth < 16 && *seen < errchain.MaxLen; depth++ {
 		*seen++
 		if e, ok := err.(*Error); ok {
 			e.Code, e.Message = engine.RedactKnown(e.Code, known), engine.RedactKnown(e.Message, known)

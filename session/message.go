@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/errchain"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -155,7 +156,9 @@ func knownFirst(err error, known []string) string {
 // DNSError; "Error" for errors.New's. Wrappers are told by their types,
 // never by their names.
 func typeName(err error) string {
-	for e := err; e != nil; {
+	var c errchain.Chain
+	c.Add(err)
+	for _, e := range c.All() {
 		t := reflect.TypeOf(e)
 		switch t {
 		case wrapErrorType, wrapErrorsType, urlErrorType:
@@ -174,11 +177,6 @@ func typeName(err error) string {
 			}
 			return t.Name()
 		}
-		u, ok := e.(interface{ Unwrap() error })
-		if !ok {
-			break
-		}
-		e = u.Unwrap()
 	}
 	return "Error"
 }

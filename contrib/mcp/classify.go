@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/retrace-go/retrace/internal/errchain"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -390,38 +391,14 @@ var localCodes = map[int64]bool{-32001: true, -32003: true, -32004: true, -32005
 // serverAnswer finds the JSON-RPC error the server answered with in err's
 // tree, nil when there is none.
 func serverAnswer(err error) *jsonrpc.Error {
-	var found *jsonrpc.Error
-	walk(err, func(e error) bool {
+	var c errchain.Chain
+	c.Add(err)
+	for _, e := range c.All() {
 		if w, ok := e.(*jsonrpc.Error); ok && !localCodes[w.Code] {
-			found = w
-			return true
-		}
-		return false
-	})
-	return found
-}
-
-// walk visits err's tree depth first until visit reports true.
-func walk(err error, visit func(error) bool) bool {
-	for depth := 0; err != nil && depth < 32; depth++ {
-		if visit(err) {
-			return true
-		}
-		switch e := err.(type) {
-		case interface{ Unwrap() []error }:
-			for _, x := range e.Unwrap() {
-				if walk(x, visit) {
-					return true
-				}
-			}
-			return false
-		case interface{ Unwrap() error }:
-			err = e.Unwrap()
-		default:
-			return false
+			return w
 		}
 	}
-	return false
+	return nil
 }
 
 // rpcError classifies a JSON-RPC error answer by its code: the protocol's

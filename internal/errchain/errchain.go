@@ -1,6 +1,12 @@
-package policies
+// Package errchain reads an error's chain once: every error errors.Is and
+// errors.As would visit, in their order. retrace's classifier, its
+// redaction of a failure's answers and the MCP adapter's reading of a
+// server's error all ask many questions of one chain; asked of the
+// flattened chain they are type assertions on a few values, and the walk is
+// written once.
+package errchain
 
-// chain is an error's chain read once: every error errors.Is and errors.As
+// Chain is an error's chain read once: every error errors.Is and errors.As
 // would visit, in their order (depth first, an Unwrap() []error's errors in
 // turn). Classifying a failure asks some twenty questions of its chain
 // (which sentinel, which network or TLS type, which provider answer); asked
@@ -8,21 +14,21 @@ package policies
 // question, they were most of what a failed attempt cost. Asked of the
 // flattened chain they are type assertions on a few values.
 //
-// A chain holds at most maxChain errors: a real one is a few wrappers deep,
+// A chain holds at most MaxLen errors: a real one is a few wrappers deep,
 // and a cyclic or enormous one must not hold a layer. A nil error in a
 // chain ends its branch, as it does for errors.Is.
-type chain struct {
-	errs         [maxChain]error
+type Chain struct {
+	errs         [MaxLen]error
 	n            int
 	hasIs, hasAs uint64 // bit i: errs[i] has its own Is, or As, method
 }
 
-// maxChain bounds how many errors of one chain are looked at.
-const maxChain = 64
+// MaxLen bounds how many errors of one chain are looked at.
+const MaxLen = 64
 
-// add appends err and the errors it wraps to the chain.
-func (c *chain) add(err error) {
-	for err != nil && c.n < maxChain {
+// Add appends err and the errors it wraps to the chain.
+func (c *Chain) Add(err error) {
+	for err != nil && c.n < MaxLen {
 		c.errs[c.n] = err
 		if _, ok := err.(interface{ Is(error) bool }); ok {
 			c.hasIs |= 1 << c.n
@@ -36,7 +42,7 @@ func (c *chain) add(err error) {
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
-				c.add(e)
+				c.Add(e)
 			}
 			return
 		default:
@@ -45,14 +51,14 @@ func (c *chain) add(err error) {
 	}
 }
 
-// all returns the errors of the chain.
-func (c *chain) all() []error { return c.errs[:c.n] }
+// All returns the errors of the chain.
+func (c *Chain) All() []error { return c.errs[:c.n] }
 
-// is reports whether target is in the chain, as errors.Is does: an error
+// Is reports whether target is in the chain, as errors.Is does: an error
 // equal to it, or one whose Is method says so. target is a comparable
 // sentinel, so the comparison cannot panic.
-func (c *chain) is(target error) bool {
-	for i, e := range c.all() {
+func (c *Chain) Is(target error) bool {
+	for i, e := range c.All() {
 		if e == target {
 			return true
 		}
@@ -63,20 +69,20 @@ func (c *chain) is(target error) bool {
 	return false
 }
 
-// isAny reports whether any of targets is in the chain.
-func (c *chain) isAny(targets ...error) bool {
+// IsAny reports whether any of targets is in the chain.
+func (c *Chain) IsAny(targets ...error) bool {
 	for _, t := range targets {
-		if c.is(t) {
+		if c.Is(t) {
 			return true
 		}
 	}
 	return false
 }
 
-// chainAs returns the first error of the chain that is a T, as errors.As
+// As returns the first error of the chain that is a T, as errors.As
 // does: by type, or by its own As method.
-func chainAs[T any](c *chain) (T, bool) {
-	for i, e := range c.all() {
+func As[T any](c *Chain) (T, bool) {
+	for i, e := range c.All() {
 		if t, ok := e.(T); ok {
 			return t, true
 		}
