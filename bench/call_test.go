@@ -124,6 +124,7 @@ var variants = []variant{
 		}
 	}},
 	{"failsafe-otel", failsafeOTel},
+	{"failsafe-spans", failsafeSpans},
 	{"retrace-noop", retrace(middleware.WithTracerProvider(noop.NewTracerProvider()))},
 	{"retrace-sdk", func(b *testing.B, fail error) func(ctx context.Context) error {
 		tp := sampled()
@@ -178,6 +179,37 @@ func failsafeOTel(b *testing.B, fail error) func(ctx context.Context) error {
 		})
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
+		}
+		return err
+	}
+}
+
+// failsafeSpans is the lean hand-made baseline: failsafe-go with the same
+// policies and only the spans a careful user adds by hand, with nothing
+// else: a span for the call, a child span per attempt with its number, and
+// on what failed status Error and error.type. No listeners, no attribute
+// on a success but the attempt's number: the least a user would write to
+// see each call and each attempt in a trace.
+func failsafeSpans(b *testing.B, fail error) func(ctx context.Context) error {
+	tp := sampled()
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tracer := tp.Tracer("hand-made")
+	exec := failsafe.With(failsafePolicies()...)
+	h := handler(fail)
+	return func(ctx context.Context) error {
+		ctx, span := tracer.Start(ctx, "tool")
+		defer span.End()
+		_, err := exec.WithContext(ctx).GetWithExecution(func(e failsafe.Execution[string]) (string, error) {
+			actx, aspan := tracer.Start(e.Context(), "tool attempt", trace.WithAttributes(attribute.Int("attempt", e.Attempts())))
+			defer aspan.End()
+			out, err := h(actx, "q")
+			if err != nil {
+				recordFailure(aspan, err)
+			}
+			return out, err
+		})
+		if err != nil {
+			recordFailure(span, err)
 		}
 		return err
 	}

@@ -53,6 +53,7 @@ var twoLayerVariants = []twoLayers{
 	{name: "failsafe-otel", tp: sdkProvider, build: failsafeOTelTwoLayers, root: []attribute.KeyValue{
 		attribute.String("layer", "runtime"), attribute.Int("attempts", runtimeAttempts), attribute.String("outcome", "failure"),
 	}},
+	{name: "failsafe-spans", tp: sdkProvider, build: failsafeSpansTwoLayers},
 	{name: "retrace-noop", tp: noopProvider, build: retraceTwoLayers, root: retraceRoot},
 	{name: "retrace-sdk", tp: sdkProvider, build: retraceTwoLayers, root: retraceRoot},
 }
@@ -96,6 +97,39 @@ func failsafeOTelTwoLayers(tp trace.TracerProvider, h stringHandler) stringHandl
 	tracer := tp.Tracer("hand-made")
 	session := tracedLayer(tracer, "session", retrypolicy.NewBuilder[string]().WithMaxAttempts(sessionAttempts).Build(), h)
 	return tracedLayer(tracer, "runtime", retrypolicy.NewBuilder[string]().WithMaxAttempts(runtimeAttempts).ReturnLastFailure().Build(), session)
+}
+
+// failsafeSpansTwoLayers is the lean hand-made baseline for two layers: the
+// same executors with only the spans (leanLayer), no listeners.
+func failsafeSpansTwoLayers(tp trace.TracerProvider, h stringHandler) stringHandler {
+	tracer := tp.Tracer("hand-made")
+	session := leanLayer(tracer, "session", retrypolicy.NewBuilder[string]().WithMaxAttempts(sessionAttempts).Build(), h)
+	return leanLayer(tracer, "runtime", retrypolicy.NewBuilder[string]().WithMaxAttempts(runtimeAttempts).ReturnLastFailure().Build(), session)
+}
+
+// leanLayer is the least a careful user writes around one executor to see
+// its calls and attempts: a span named for the layer, a child span per
+// attempt with its number, and status Error and error.type on what failed.
+func leanLayer(tracer trace.Tracer, name string, rp retrypolicy.RetryPolicy[string], next stringHandler) stringHandler {
+	exec := failsafe.With[string](rp)
+	attemptName := name + " attempt"
+	return func(ctx context.Context, req string) (string, error) {
+		ctx, span := tracer.Start(ctx, name)
+		defer span.End()
+		out, err := exec.WithContext(ctx).GetWithExecution(func(e failsafe.Execution[string]) (string, error) {
+			actx, aspan := tracer.Start(e.Context(), attemptName, trace.WithAttributes(attribute.Int("attempt", e.Attempts())))
+			defer aspan.End()
+			out, err := next(actx, req)
+			if err != nil {
+				recordFailure(aspan, err)
+			}
+			return out, err
+		})
+		if err != nil {
+			recordFailure(span, err)
+		}
+		return out, err
+	}
 }
 
 // tracedLayer is what a careful user writes around one executor: a layer

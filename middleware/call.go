@@ -3,9 +3,11 @@ package middleware
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -31,14 +33,45 @@ type call[Req, Resp any] struct {
 	aspan     trace.Span // the current attempt span, nil outside an attempt or when not recording
 	narrated  bool       // an attempt span was started: each failure is told on its attempt's span
 	recording bool
-	resend    int       // the request's place among an SDK's retries of it, from 0 (sdk.go); 0 for any other call
-	attempts  int       // the attempts made so far
-	lastEnd   time.Time // when the previous attempt ended (for a failsafe-go retry's delay)
-	last      verdict   // the last error judged
-	rejected  bool      // this attempt was refused by the layer's own breaker or bulkhead
-	budgetOut bool      // the task budget refused a failsafe-go retry policy's retry
-	report    *engine.Report
-	status    statusMemo // the last span status worded
+	rejected  bool // this attempt was refused by the layer's own breaker or bulkhead
+	budgetOut bool // the task budget refused a failsafe-go retry policy's retry
+	resend    int  // the request's place among an SDK's retries of it, from 0 (sdk.go); 0 for any other call
+	attempts  int  // the attempts made so far
+	// looped is the outcome retrace's retry loop ended the call with, ""
+	// when the layer has none; its report, when the loop ended on an error
+	// or the context's end, is in fail.
+	looped string
+	fail   *failures // nil until the call judges its first error
+}
+
+// failures is what a call keeps of its errors: made when it judges its
+// first, so that a call that succeeds at once carries none of it, and the
+// call itself stays small.
+type failures struct {
+	last     verdict    // the last error judged
+	status   statusMemo // the last span status worded
+	report   engine.Report
+	reported bool // report holds the retry loop's report of how it failed
+	// lastEnd is when the last failed attempt of a failsafe-go retry policy
+	// ended: the start of the delay before its retry.
+	lastEnd time.Time
+}
+
+// failures returns the call's record of its errors, made at the first.
+func (c *call[Req, Resp]) failures() *failures {
+	if c.fail == nil {
+		c.fail = new(failures)
+	}
+	return c.fail
+}
+
+// lastCls is the classification of the last error the call judged, the
+// zero Classification if it judged none.
+func (c *call[Req, Resp]) lastCls() policies.Classification {
+	if c.fail == nil {
+		return policies.Classification{}
+	}
+	return c.fail.last.cls
 }
 
 // verdict is the last error a call judged, and how: a failure is
@@ -140,11 +173,10 @@ func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (policies.Outc
 	outcome, attempts := policies.OutcomeSuccess, max(c.attempts, 1)
 	var cls policies.Classification
 	switch {
-	case c.report != nil:
-		rep := *c.report
-		outcome, attempts, cls = policies.Outcome(rep.Outcome), rep.Attempts, c.last.cls
-		if rep.Err != nil || rep.Cause != nil {
-			err = l.judge.Fail(c.secretCtx(ctx), l.name, rep, cls)
+	case c.looped != "":
+		outcome, attempts, cls = policies.Outcome(c.looped), c.attempts, c.lastCls()
+		if f := c.fail; f != nil && f.reported {
+			err = l.judge.Fail(c.secretCtx(ctx), l.name, f.report, cls)
 			cls = policies.Classify(err) // the failure's own: canceled when the caller ended it
 		}
 	case err != nil:
@@ -152,7 +184,7 @@ func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (policies.Outc
 		outcome = l.outcome(ctx, c, err, cls)
 		if l.retrying() || c.budgetOut {
 			err = l.judge.Fail(c.secretCtx(ctx), l.name, engine.Report{Attempts: c.attempts, Outcome: string(outcome), Err: err,
-				Failure: c.last.fail, Cause: causeIf(ctx, outcome)}, cls)
+				Failure: c.failures().last.fail, Cause: causeIf(ctx, outcome)}, cls)
 			cls = policies.Classify(err)
 		}
 	case c.attempts > 1:
@@ -199,11 +231,54 @@ func causeIf(ctx context.Context, o policies.Outcome) error {
 
 // endSpan sets the layer span's attributes, all in one call: how the call
 // ended, and for a retrying layer its limit, attempts and diagnosis, and on
-// the outermost layer the counts.
+// the outermost layer the counts. A call that succeeded at its first
+// attempt, as most do, sets the layer's attributes made for it beforehand
+// (okAttrs), the same endAttrs would make.
 func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome, attempts int, cls policies.Classification, err error) {
+	root := c.frame.parent == nil
+	var n spanCounts
+	if root {
+		n = spanCounts{calls: c.root.calls.Load(), untraced: c.root.untraced.Load(), uncounted: c.root.uncounted.Load(), worst: c.frame.worst()}
+	}
+	b, budgeted := engine.BudgetFrom(c.fctx.Context).(*policies.TaskBudget)
+	if err == nil && !budgeted {
+		if ok := l.ok.of(c.frame.depth, outcome, attempts, root, n); ok != nil {
+			c.span.SetAttributes(ok...)
+			return
+		}
+	}
 	buf := l.attrBuf()
 	defer l.attrs.Put(buf)
-	attrs := append((*buf)[:0], telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(c.frame.depth),
+	left := -1
+	if budgeted {
+		left = b.Remaining()
+	}
+	attrs := l.endAttrs((*buf)[:0], c.frame.depth, outcome, attempts, err, left, root, n)
+	if err != nil {
+		known := c.known()
+		if c.narrated {
+			// The attempt spans beneath say which rule decided and what
+			// Retry-After the server gave, each for its own failure; the
+			// layer span says what the call ended as.
+			cls.Reason, cls.RetryAfter = "", 0
+		}
+		attrs = appendFailure(known, attrs, cls)
+		c.span.SetStatus(codes.Error, c.failures().status.of(known, err))
+	}
+	c.span.SetAttributes(attrs...)
+	*buf = attrs
+}
+
+// spanCounts are the counts of the outermost layer span: its leaf calls,
+// those not traced and those not counted, and its worst case (-1 unknown).
+type spanCounts struct{ calls, untraced, uncounted, worst int64 }
+
+// endAttrs appends to attrs what a layer span says of how its call ended,
+// its failure aside: the layer, its depth and outcome; for a retrying
+// layer its limit, attempts and diagnosis; the task budget left (left ≥ 0:
+// the call ran under one); and on the outermost layer (root) the counts n.
+func (l *layer[Req, Resp]) endAttrs(attrs []attribute.KeyValue, depth int, outcome policies.Outcome, attempts int, err error, left int, root bool, n spanCounts) []attribute.KeyValue {
+	attrs = append(attrs, telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(depth),
 		telemetry.Outcome.String(string(outcome)))
 	if l.retrying() {
 		if l.maxAttempts > 0 {
@@ -220,35 +295,72 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 		// loop's step limit) says why, though the layer made no attempts.
 		attrs = append(attrs, telemetry.Diagnosis.String(fe.Diagnosis()))
 	}
-	if b, ok := engine.BudgetFrom(c.fctx.Context).(*policies.TaskBudget); ok {
-		attrs = append(attrs, telemetry.BudgetLeft.Int(b.Remaining()))
+	if left >= 0 {
+		attrs = append(attrs, telemetry.BudgetLeft.Int(left))
 	}
-	if c.frame.parent == nil {
-		calls := c.root.calls.Load()
-		attrs = append(attrs, telemetry.Calls.Int64(calls))
-		if n := c.root.untraced.Load(); n > 0 {
-			attrs = append(attrs, telemetry.CallsUntraced.Int64(n))
+	if root {
+		attrs = append(attrs, telemetry.Calls.Int64(n.calls))
+		if n.untraced > 0 {
+			attrs = append(attrs, telemetry.CallsUntraced.Int64(n.untraced))
 		}
-		if n := c.root.uncounted.Load(); n > 0 {
-			attrs = append(attrs, telemetry.CallsUncounted.Int64(n))
+		if n.uncounted > 0 {
+			attrs = append(attrs, telemetry.CallsUncounted.Int64(n.uncounted))
 		}
-		if w := c.frame.worst(); w > 0 {
-			attrs = append(attrs, telemetry.CallsWorstCase.Int64(max(w, calls)))
+		if n.worst > 0 {
+			attrs = append(attrs, telemetry.CallsWorstCase.Int64(max(n.worst, n.calls)))
 		}
 	}
-	if err != nil {
-		known := c.known()
-		if c.narrated {
-			// The attempt spans beneath say which rule decided and what
-			// Retry-After the server gave, each for its own failure; the
-			// layer span says what the call ended as.
-			cls.Reason, cls.RetryAfter = "", 0
-		}
-		attrs = appendFailure(known, attrs, cls)
-		c.span.SetStatus(codes.Error, c.status.of(known, err))
+	return attrs
+}
+
+// okAttrs are the attributes of a layer's spans when a call succeeds at
+// its first attempt, as most calls do, made once with the layer by the
+// functions that make them for any call (endAttrs, endAttempt's), so that
+// such a call builds none: the span copies what it is given.
+type okAttrs struct {
+	// root is the outermost layer span's, when the call made one leaf call
+	// and its worst case is rootWorst (the layer's own: it called no layer).
+	root      []attribute.KeyValue
+	rootWorst int64
+	nested    [4][]attribute.KeyValue // a layer span's beneath another, by its retrace.retry.depth
+	attempts  [][]attribute.KeyValue  // an attempt span's, by its number from 1, when it waited no backoff and succeeded
+}
+
+// okAttempts is how many attempt numbers okAttrs holds at most.
+const okAttempts = 16
+
+func (l *layer[Req, Resp]) makeOK() {
+	o := &l.ok
+	o.rootWorst = -1 // frame.worst's unknown
+	if l.frameAttempts > 0 {
+		o.rootWorst = int64(l.frameAttempts)
 	}
-	c.span.SetAttributes(attrs...)
-	*buf = attrs
+	o.root = slices.Clip(l.endAttrs(nil, 0, policies.OutcomeSuccess, 1, nil, -1, true, spanCounts{calls: 1, worst: o.rootWorst}))
+	for d := range o.nested {
+		o.nested[d] = slices.Clip(l.endAttrs(nil, d, policies.OutcomeSuccess, 1, nil, -1, false, spanCounts{}))
+	}
+	if l.retry != nil {
+		for n := 1; n <= min(l.maxAttempts, okAttempts); n++ {
+			o.attempts = append(o.attempts, attemptAttrs(nil, n, 0))
+		}
+	}
+}
+
+// of returns the layer span's attributes made beforehand for a call that
+// ended so, nil if none were.
+func (o *okAttrs) of(depth int, outcome policies.Outcome, attempts int, root bool, n spanCounts) []attribute.KeyValue {
+	switch {
+	case outcome != policies.OutcomeSuccess || attempts != 1:
+		return nil
+	case root:
+		if n != (spanCounts{calls: 1, worst: o.rootWorst}) {
+			return nil
+		}
+		return o.root
+	case depth < len(o.nested):
+		return o.nested[depth]
+	}
+	return nil
 }
 
 // classify classifies err once per error value, as the layer's judge sees it.
@@ -258,28 +370,29 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome,
 // (middleware.SDK's request), so that one failure has one class on every
 // span and is never guessed again from text above.
 func (c *call[Req, Resp]) classify(ctx context.Context, err error) policies.Classification {
-	if err != nil && sameError(err, c.last.err) {
-		return c.last.cls
+	last := &c.failures().last
+	if err != nil && sameError(err, last.err) {
+		return last.cls
 	}
-	c.last.err = err
+	last.err = err
 	by := c.classifier()
 	if raw, ok := c.frame.classifiedBeneath(err, by); ok {
 		// The layer beneath classified this failure with the same
 		// classifier: its class is carried up, not worked out again from
 		// the words the layers between wrapped it in.
-		c.last.raw = raw
-		c.last.cls, c.last.fail = c.l.judge.Judged(ctx, raw, err)
-		return c.last.cls
+		last.raw = raw
+		last.cls, last.fail = c.l.judge.Judged(ctx, raw, err)
+		return last.cls
 	}
-	c.last.raw = by.Classify(err)
-	c.last.cls, c.last.fail = c.l.judge.Judged(ctx, c.last.raw, err)
-	if c.last.cls.Class == policies.Unknown || c.last.cls.Type == telemetry.ErrorTypeOther {
+	last.raw = by.Classify(err)
+	last.cls, last.fail = c.l.judge.Judged(ctx, last.raw, err)
+	if last.cls.Class == policies.Unknown || last.cls.Type == telemetry.ErrorTypeOther {
 		if b := c.frame.failedBeneath.Load(); b != nil && b.cls.Class != policies.Unknown && b.cls.Class != policies.Canceled {
-			c.last.cls, c.last.raw = b.cls, b.cls // what the layers above carry too
-			c.last.fail.Class, c.last.fail.RetryAfter = string(b.cls.Class), b.cls.RetryAfter
+			last.cls, last.raw = b.cls, b.cls // what the layers above carry too
+			last.fail.Class, last.fail.RetryAfter = string(b.cls.Class), b.cls.RetryAfter
 		}
 	}
-	return c.last.cls
+	return last.cls
 }
 
 // classifier is the one the layer's judge classifies with: its policy's
@@ -294,9 +407,12 @@ func (c *call[Req, Resp]) classifier() *policies.Classifier {
 // beneath is how this call's failure reads to the enclosing layer: cls, and
 // the raw classification of err when this call classified err itself.
 func (c *call[Req, Resp]) beneath(err error, cls policies.Classification) *beneath {
+	if c.frame.parent == nil {
+		return nil // no layer encloses the call: none reads it
+	}
 	b := &beneath{cls: cls}
-	if sameError(err, c.last.err) {
-		b.err, b.raw, b.by = err, c.last.raw, c.classifier()
+	if f := c.fail; f != nil && sameError(err, f.last.err) {
+		b.err, b.raw, b.by = err, f.last.raw, c.classifier()
 	}
 	return b
 }
@@ -320,7 +436,13 @@ func loopStep[Req, Resp any](retry *engine.Retry, inner step[Req, Resp]) step[Re
 	return func(ctx context.Context, c *call[Req, Resp], _ Req) (Resp, error) {
 		c.inner = inner
 		resp, rep := engine.Do[Resp](ctx, retry, c.l.clock(), c)
-		c.report = &rep
+		c.looped, c.attempts = rep.Outcome, rep.Attempts
+		if rep.Err != nil || rep.Cause != nil {
+			// Only a failure keeps the report (a success is its outcome and
+			// attempts), in the call's record of its errors, not apart.
+			f := c.failures()
+			f.report, f.reported = rep, true
+		}
 		return resp, rep.Err
 	}
 }

@@ -126,6 +126,7 @@ type layer[Req, Resp any] struct {
 	inherited     atomic.Pointer[instruments] // on the provider of the enclosing layer, when it is another
 	state         *stateMeter                 // decisions made locally when a shared state failed
 	attrs         sync.Pool                   // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
+	ok            okAttrs                     // the attributes of a call that succeeds at its first attempt, made once
 }
 
 type tracerFor struct {
@@ -167,6 +168,7 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 	if cfg.steps > 1 {
 		l.frameAttempts *= cfg.steps
 	}
+	l.makeOK()
 	mp := cfg.mp
 	if mp == nil {
 		mp = otel.GetMeterProvider()

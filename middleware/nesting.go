@@ -29,16 +29,16 @@ type frame struct {
 	maxAttempts int           // attempts (or steps) it may make; 0: unknown (a retry policy retrace cannot read)
 	retries     bool          // it retries: it counts in retrace.retry.depth and the nested-retry event
 	perAttempt  bool          // each layer called beneath it is one of its handler's own attempts (WithInnerAttempts)
-	inner       int           // those attempts
+	nested      atomic.Bool   // a layer started beneath the current attempt
+	unknown     atomic.Bool   // a layer beneath has no known worst case
+	inner       int           // the handler's own attempts, when perAttempt
 	innerName   string        // the retry layer that makes them, if it has a name (WithInnerRetries)
 	foreign     *foreignRetry // non-nil: a retry loop retrace does not drive (WithinRetry)
 	depth       int           // retrying layers enclosing this one
 	attempt     int           // the current attempt, from 1
 	delay       time.Duration // the backoff waited before it
-	nested      atomic.Bool   // a layer started beneath the current attempt
 	childSum    atomic.Int64  // the worst cases of the layers called in the current attempt, added up
 	childMax    atomic.Int64  // the largest such sum of the attempts before it
-	unknown     atomic.Bool   // a layer beneath has no known worst case
 	// failedBeneath is how the last layer call beneath the current attempt
 	// failed, nil when it succeeded: what an error the handler returns
 	// stands for when it says nothing of itself (an SDK's error made of an
@@ -60,9 +60,24 @@ type root struct {
 	uncounted atomic.Int64
 	span      trace.Span
 	mu        sync.Mutex
-	reported  []uint64  // hashes of the nested chains already announced on the root span
-	inline    [2]uint64 // reported's first hashes, without an allocation
-	secrets   []string  // credentials a layer beneath saw (an SDK request's API key)
+	more      *rootMore // guarded by mu; made when a layer beneath first needs it
+}
+
+// rootMore is what only some calls collect on their root: nested retries
+// announced, credentials seen beneath. Apart from root, so that a call
+// that nests nothing carries none of it.
+type rootMore struct {
+	reported []uint64  // hashes of the nested chains already announced on the root span
+	inline   [2]uint64 // reported's first hashes, without another allocation
+	secrets  []string  // credentials a layer beneath saw (an SDK request's API key)
+}
+
+// moreLocked returns r.more, made if it was not; r.mu must be held.
+func (r *root) moreLocked() *rootMore {
+	if r.more == nil {
+		r.more = new(rootMore)
+	}
+	return r.more
 }
 
 // learn adds credentials a layer beneath saw to those every layer of the
@@ -72,8 +87,9 @@ func (r *root) learn(values []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, v := range values {
-		if len(v) >= engine.MinSecretLen && !slices.Contains(r.secrets, v) {
-			r.secrets = append(r.secrets, v)
+		if len(v) >= engine.MinSecretLen && (r.more == nil || !slices.Contains(r.more.secrets, v)) {
+			m := r.moreLocked()
+			m.secrets = append(m.secrets, v)
 		}
 	}
 }
@@ -82,7 +98,10 @@ func (r *root) learn(values []string) {
 func (r *root) learned() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.secrets
+	if r.more == nil {
+		return nil
+	}
+	return r.more.secrets
 }
 
 type frameKey struct{}
@@ -277,14 +296,15 @@ func (f *frame) announceNesting() {
 	}
 	r := f.root
 	r.mu.Lock()
-	if slices.Contains(r.reported, sum) {
+	m := r.moreLocked()
+	if slices.Contains(m.reported, sum) {
 		r.mu.Unlock()
 		return
 	}
-	if r.reported == nil {
-		r.reported = r.inline[:0]
+	if m.reported == nil {
+		m.reported = m.inline[:0]
 	}
-	r.reported = append(r.reported, sum)
+	m.reported = append(m.reported, sum)
 	r.mu.Unlock()
 
 	// A layer's chain is the same on every call its layers make, so it is

@@ -110,7 +110,7 @@ func (c *call[Req, Resp]) endPolicySpan(ctx context.Context, span trace.Span, er
 	if err != nil {
 		known := c.known()
 		span.SetAttributes(appendFailure(known, nil, c.classify(ctx, err))...)
-		span.SetStatus(codes.Error, c.status.of(known, err))
+		span.SetStatus(codes.Error, c.failures().status.of(known, err))
 	}
 	span.End()
 }
@@ -327,10 +327,10 @@ func (l *layer[Req, Resp]) foreignStep(ps []policy[Resp], next step[Req, Resp]) 
 // foreignAttempt is one attempt of a failsafe-go retry policy.
 func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[Req, Resp], req Req) (resp Resp, err error) {
 	c.attempts = n
-	now := engine.Or(c.l.clock()).Now()
 	var delay time.Duration
-	if n > 1 && !c.lastEnd.IsZero() {
-		delay = now.Sub(c.lastEnd)
+	if f := c.fail; n > 1 && f != nil && !f.lastEnd.IsZero() {
+		// A retry follows a failed attempt, whose end the call kept.
+		delay = engine.Or(c.l.clock()).Now().Sub(f.lastEnd)
 	}
 	c.frame.startAttempt(n, delay)
 	if n > 1 {
@@ -345,9 +345,9 @@ func (c *call[Req, Resp]) foreignAttempt(ctx context.Context, n int, next step[R
 		defer func() { c.aspan = prev }()
 	}
 	resp, err = next(ctx, c, req)
-	c.lastEnd = engine.Or(c.l.clock()).Now()
 	var cls policies.Classification
 	if err != nil {
+		c.failures().lastEnd = engine.Or(c.l.clock()).Now()
 		cls = c.classify(ctx, err)
 	}
 	c.attemptEnded(n, delay, err, cls)
@@ -377,7 +377,7 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 
 func (c *call[Req, Resp]) Judge(ctx context.Context, err error) engine.Failure {
 	c.classify(ctx, err)
-	f := c.last.fail
+	f := c.fail.last.fail
 	if c.rejected {
 		f.Rejected, f.Held = true, false
 	}
@@ -407,7 +407,7 @@ func (c *call[Req, Resp]) Done(n int, err error, d engine.Decision) {
 	}
 	var cls policies.Classification
 	if err != nil {
-		cls = c.last.cls
+		cls = c.lastCls()
 	}
 	c.attemptEnded(n, c.frame.delay, err, cls)
 	if c.aspan == nil {
@@ -425,20 +425,34 @@ func (c *call[Req, Resp]) attemptEnded(n int, delay time.Duration, err error, cl
 }
 
 // endAttempt ends an attempt span with all its attributes in one call: its
-// number, the backoff it waited, and how it failed, if it did.
+// number, the backoff it waited, and how it failed, if it did. An attempt
+// that waited no backoff and succeeded sets the layer's attributes made for
+// it beforehand (okAttrs).
 func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
+	if ok := c.l.ok.attempts; err == nil && delay <= 0 && n >= 1 && n <= len(ok) {
+		span.SetAttributes(ok[n-1]...)
+		span.End()
+		return
+	}
 	buf := c.l.attrBuf()
 	defer c.l.attrs.Put(buf)
-	attrs := append((*buf)[:0], telemetry.Attempt.Int(n))
-	if delay > 0 {
-		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
-	}
+	attrs := attemptAttrs((*buf)[:0], n, delay)
 	if err != nil {
 		known := c.known()
 		attrs = appendFailure(known, attrs, cls)
-		span.SetStatus(codes.Error, c.status.of(known, err))
+		span.SetStatus(codes.Error, c.failures().status.of(known, err))
 	}
 	span.SetAttributes(attrs...)
 	span.End()
 	*buf = attrs
+}
+
+// attemptAttrs appends an attempt span's attributes but its failure's: its
+// number n, and the backoff it waited before, if any.
+func attemptAttrs(attrs []attribute.KeyValue, n int, delay time.Duration) []attribute.KeyValue {
+	attrs = append(attrs, telemetry.Attempt.Int(n))
+	if delay > 0 {
+		attrs = append(attrs, telemetry.RetryDelayMs.Int64(delay.Milliseconds()))
+	}
+	return attrs
 }

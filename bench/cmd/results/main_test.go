@@ -76,45 +76,50 @@ func generate(t *testing.T, benchCmd, benchOut string) (string, config) {
 
 // The fixture's tables, worked out by hand from testdata/bench.txt: three
 // runs of each benchmark, whose medians are its middle runs; × failsafe is
-// the median over failsafe's median. BenchmarkCallParallel/failure has no
-// retrace-unsampled.
+// the median over failsafe's median, × failsafe-spans over failsafe-spans'.
+// BenchmarkCallParallel/failure has no retrace-unsampled.
 var wantTables = map[string][]string{
 	"BenchmarkCall / success": {
-		"| bare | 5 | 0.01 | 0 | 0 |",
-		"| failsafe | 1000 | 1.00 | 736 | 21 |",
-		"| failsafe-otel | 4000 | 4.00 | 3585 | 40 |",
-		"| retrace-noop | 700 | 0.70 | 480 | 5 |",
-		"| retrace-sdk | 4400 | 4.40 | 3857 | 14 |",
-		"| retrace-unsampled | 900 | 0.90 | 576 | 6 |",
+		"| bare | 5 | 0.01 | 0.00 | 0 | 0 |",
+		"| failsafe | 1000 | 1.00 | 0.25 | 736 | 21 |",
+		"| failsafe-otel | 4000 | 4.00 | 1.00 | 3585 | 40 |",
+		"| failsafe-spans | 4000 | 4.00 | 1.00 | 3033 | 33 |",
+		"| retrace-noop | 700 | 0.70 | 0.17 | 480 | 5 |",
+		"| retrace-sdk | 4400 | 4.40 | 1.10 | 3857 | 14 |",
+		"| retrace-unsampled | 900 | 0.90 | 0.23 | 576 | 6 |",
 	},
 	"BenchmarkCall / failure": {
-		"| bare | 7 | 0.00 | 0 | 0 |",
-		"| failsafe | 5000 | 1.00 | 736 | 21 |",
-		"| failsafe-otel | 16000 | 3.20 | 3585 | 40 |",
-		"| retrace-noop | 5200 | 1.04 | 480 | 5 |",
-		"| retrace-sdk | 15200 | 3.04 | 3857 | 14 |",
-		"| retrace-unsampled | 4800 | 0.96 | 576 | 6 |",
+		"| bare | 7 | 0.00 | 0.00 | 0 | 0 |",
+		"| failsafe | 5000 | 1.00 | 0.31 | 736 | 21 |",
+		"| failsafe-otel | 16000 | 3.20 | 1.00 | 3585 | 40 |",
+		"| failsafe-spans | 16000 | 3.20 | 1.00 | 3033 | 33 |",
+		"| retrace-noop | 5200 | 1.04 | 0.33 | 480 | 5 |",
+		"| retrace-sdk | 15200 | 3.04 | 0.95 | 3857 | 14 |",
+		"| retrace-unsampled | 4800 | 0.96 | 0.30 | 576 | 6 |",
 	},
 	"BenchmarkCallParallel / success": {
-		"| bare | 3 | 0.00 | 0 | 0 |",
-		"| failsafe | 800 | 1.00 | 736 | 21 |",
-		"| failsafe-otel | 3600 | 4.50 | 3585 | 40 |",
-		"| retrace-noop | 560 | 0.70 | 480 | 5 |",
-		"| retrace-sdk | 4000 | 5.00 | 3857 | 14 |",
-		"| retrace-unsampled | 720 | 0.90 | 576 | 6 |",
+		"| bare | 3 | 0.00 | 0.00 | 0 | 0 |",
+		"| failsafe | 800 | 1.00 | 0.23 | 736 | 21 |",
+		"| failsafe-otel | 3600 | 4.50 | 1.03 | 3585 | 40 |",
+		"| failsafe-spans | 3500 | 4.38 | 1.00 | 3033 | 33 |",
+		"| retrace-noop | 560 | 0.70 | 0.16 | 480 | 5 |",
+		"| retrace-sdk | 4000 | 5.00 | 1.14 | 3857 | 14 |",
+		"| retrace-unsampled | 720 | 0.90 | 0.21 | 576 | 6 |",
 	},
 	"BenchmarkCallParallel / failure": {
-		"| bare | 3 | 0.00 | 0 | 0 |",
-		"| failsafe | 3600 | 1.00 | 736 | 21 |",
-		"| failsafe-otel | 11000 | 3.06 | 3585 | 40 |",
-		"| retrace-noop | 3420 | 0.95 | 480 | 5 |",
-		"| retrace-sdk | 11700 | 3.25 | 3857 | 14 |",
+		"| bare | 3 | 0.00 | 0.00 | 0 | 0 |",
+		"| failsafe | 3600 | 1.00 | 0.28 | 736 | 21 |",
+		"| failsafe-otel | 11000 | 3.06 | 0.85 | 3585 | 40 |",
+		"| failsafe-spans | 13000 | 3.61 | 1.00 | 3033 | 33 |",
+		"| retrace-noop | 3420 | 0.95 | 0.26 | 480 | 5 |",
+		"| retrace-sdk | 11700 | 3.25 | 0.90 | 3857 | 14 |",
 	},
 	"BenchmarkTwoLayers": {
-		"| failsafe | 36000 | 1.00 | 9480 | 152 |",
-		"| failsafe-otel | 80000 | 2.22 | 38600 | 406 |",
-		"| retrace-noop | 12000 | 0.33 | 6596 | 43 |",
-		"| retrace-sdk | 96000 | 2.67 | 34976 | 211 |",
+		"| failsafe | 36000 | 1.00 | 0.45 | 9480 | 152 |",
+		"| failsafe-otel | 80000 | 2.22 | 1.00 | 38600 | 406 |",
+		"| failsafe-spans | 80000 | 2.22 | 1.00 | 35466 | 386 |",
+		"| retrace-noop | 12000 | 0.33 | 0.15 | 6596 | 43 |",
+		"| retrace-sdk | 96000 | 2.67 | 1.20 | 34976 | 211 |",
 	},
 }
 
@@ -169,16 +174,16 @@ func runMedians(t *testing.T, out string) map[string]runMedian {
 // order) on testdata/bench.txt, worked out by hand from its medians; ""
 // for one whose benchmark the fixture does not hold (the plain-error paths).
 var fixtureVerdicts = []string{
-	"yes", "yes", // success: noop 700/1000, sdk 4400/4000 (the target itself)
-	"**no**", "yes", // failure: noop 5200/5000, sdk 15200/16000
-	"", "", // failure-plain
-	"yes", "**no**", // parallel failure: noop 3420/3600, sdk 11700/11000
-	"", "",
-	"yes", "**no**", // two layers: noop 12000/36000, sdk 96000/80000
-	"", "",
+	"yes", "yes", "**no**", // success: noop 700/1000, sdk 4400/4000 (the target itself), sdk 4400/4000 (spans)
+	"**no**", "yes", "yes", // failure: noop 5200/5000, sdk 15200/16000, sdk 15200/16000 (spans)
+	"", "", "", // failure-plain
+	"yes", "**no**", "yes", // parallel failure: noop 3420/3600, sdk 11700/11000, sdk 11700/13000 (spans)
+	"", "", "",
+	"yes", "**no**", "**no**", // two layers: noop 12000/36000, sdk 96000/80000, sdk 96000/80000 (spans)
+	"", "", "",
 }
 
-// goal returns main.go's goal on benchmark for variant a.
+// goal returns main.go's first goal on benchmark for variant a.
 func goal(t *testing.T, benchmark, a string) ratioGoal {
 	t.Helper()
 	for _, g := range goals {
@@ -187,6 +192,19 @@ func goal(t *testing.T, benchmark, a string) ratioGoal {
 		}
 	}
 	t.Fatalf("no goal for %s/%s", benchmark, a)
+	return ratioGoal{}
+}
+
+// spansGoal returns main.go's goal on benchmark for retrace-sdk against the
+// lean hand-made spans.
+func spansGoal(t *testing.T, benchmark string) ratioGoal {
+	t.Helper()
+	for _, g := range goals {
+		if g.benchmark == benchmark && g.a == "retrace-sdk" && g.b == "failsafe-spans" {
+			return g
+		}
+	}
+	t.Fatalf("no goal for %s/retrace-sdk against failsafe-spans", benchmark)
 	return ratioGoal{}
 }
 
@@ -419,7 +437,7 @@ func TestPageWithoutSomeBenchmarks(t *testing.T) {
 	assert.NotContains(t, page, "**BenchmarkCall / ")
 	assert.Contains(t, page, "**BenchmarkCallParallel / success** (medians)")
 	assert.NotContains(t, page, "**BenchmarkCallParallel / failure**")
-	assert.Contains(t, page, "| retrace-noop | 560 | 0.70 | 480 | 5 |")
+	assert.Contains(t, page, "| retrace-noop | 560 | 0.70 | – | 480 | 5 |")
 	assert.Contains(t, page, "- GOMAXPROCS 4\n")
 	assert.Contains(t, page, "medians of 1 runs")
 
@@ -428,7 +446,7 @@ func TestPageWithoutSomeBenchmarks(t *testing.T) {
 	// parallel failure paths'.
 	for _, bn := range []string{"BenchmarkCall/success", "BenchmarkCall/failure", "BenchmarkCall/failure-plain",
 		"BenchmarkCallParallel/failure", "BenchmarkCallParallel/failure-plain", "BenchmarkTwoLayers", "BenchmarkTwoLayersPlain"} {
-		assert.Equal(t, 2, strings.Count(page, "| `"+bn+"` was not in this run | not measured |"), bn)
+		assert.Equal(t, 3, strings.Count(page, "| `"+bn+"` was not in this run | not measured |"), bn)
 	}
 	for _, bn := range twoLayerBenchmarks {
 		assert.Contains(t, section(page, "## Two nested retry layers"), "\n`"+bn+"` was not in this run.\n")
@@ -445,7 +463,7 @@ func TestPageWithSomeOfTwoLayers(t *testing.T) {
 		"BenchmarkTwoLayers/retrace-noop-4   1000   12000 ns/op\n"
 	page, _ := generate(t, "", out)
 	two := section(page, "## Two nested retry layers")
-	assert.Contains(t, two, "| failsafe | 36000 | 1.00 | – | – |\n| retrace-noop | 12000 | 0.33 | – | – |\n")
+	assert.Contains(t, two, "| failsafe | 36000 | 1.00 | – | – | – |\n| retrace-noop | 12000 | 0.33 | – | – | – |\n")
 	assert.NotContains(t, two, "`BenchmarkTwoLayers` was not in this run")
 	row, verdict := wantRatioTarget(t, out, goal(t, "BenchmarkTwoLayers", "retrace-noop"))
 	assert.Contains(t, page, row+"\n", "no allocs/op when the run did not report them")
@@ -458,6 +476,7 @@ func TestPageWithSomeOfTwoLayers(t *testing.T) {
 // meeting) it by less is shown with the decimals that tell them apart.
 func TestTargetVerdicts(t *testing.T) {
 	sdkCall, noopCall := goal(t, "BenchmarkCall/success", "retrace-sdk"), goal(t, "BenchmarkCall/success", "retrace-noop")
+	spansCall := spansGoal(t, "BenchmarkCall/success")
 	noopFailure := goal(t, "BenchmarkTwoLayersPlain", "retrace-noop")
 	tests := []struct {
 		goal         ratioGoal
@@ -471,10 +490,13 @@ func TestTargetVerdicts(t *testing.T) {
 		{noopFailure, 10040, 10000, "1.004", "**no**"},
 		{noopFailure, 9990, 10000, "0.999", "yes"},
 		{noopFailure, 12000, 10000, "1.20", "**no**"},
-		{noopCall, 11500, 10000, "1.15", "yes"},
-		{noopCall, 11490, 10000, "1.149", "yes"},
-		{noopCall, 11510, 10000, "1.151", "**no**"},
+		{noopCall, 10000, 10000, "1.00", "yes"},
+		{noopCall, 10010, 10000, "1.001", "**no**"},
+		{noopCall, 11500, 10000, "1.15", "**no**"},
 		{noopCall, 9000, 10000, "0.90", "yes"},
+		{spansCall, 4000, 4000, "1.00", "yes"},
+		{spansCall, 4004, 4000, "1.001", "**no**"},
+		{spansCall, 3800, 4000, "0.95", "yes"},
 	}
 	for _, tt := range tests {
 		name := fmt.Sprintf("%s/%s=%g/%s=%g", tt.goal.benchmark, tt.goal.a, tt.a, tt.goal.b, tt.b)
