@@ -167,7 +167,7 @@ func (c *call[Req, Resp]) placeFrame(parent *frame) {
 
 // verdict is how the call ended: its outcome, its attempts, the
 // classification on its span, and the error it returns (the layer's
-// *policies.FailedError when its retry gave up).
+// stop, a *policies.Error, when its retry gave up).
 func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (policies.Outcome, int, policies.Classification, error) {
 	l := c.l
 	outcome, attempts := policies.OutcomeSuccess, max(c.attempts, 1)

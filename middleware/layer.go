@@ -92,11 +92,11 @@ func Layer[Req, Resp any](name string, opts ...Option) Middleware[Req, Resp] {
 // for a plain retry policy too.
 //
 // A layer with no retry policy passes its handler's error through
-// unchanged. A retrying layer that gives up returns a *policies.FailedError
-// that wraps the last error, or, when it stops after one attempt on an inner
-// layer's FailedError for the same reason, that error unchanged. A panic in
-// the handler is recovered into a *policies.PanicError (class Programming,
-// never retried) so that no permit leaks; it is the one place retrace
+// unchanged. A retrying layer that gives up returns a *policies.Error that
+// says why and wraps the last error, or, when it stops after one attempt on
+// an inner layer's stop for the same reason, that error unchanged. A panic
+// in the handler is recovered into a *policies.Error (class Programming,
+// type panic, never retried) so that no permit leaks; it is the one place retrace
 // recovers a handler's panics.
 func PoliciesWith[Req, Resp any](layer string, opts []Option, ps ...failsafe.Policy[Resp]) Middleware[Req, Resp] {
 	cfg := newConfig(opts)
