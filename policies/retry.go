@@ -123,7 +123,7 @@ var _ failsafe.Policy[any] = (*Retry[any])(nil)
 // stays open longer than MaxRetryAfter; never sleeps past the context's
 // deadline (if the next wait would end after it, it stops and says so); draws
 // each retry from the task budget; and ends a backoff sleep as soon as the
-// context is canceled. When it gives up it returns a *[FailedError].
+// context is canceled. When it gives up it returns an *[Error] that says why.
 //
 // Under failsafe.With it behaves like failsafe-go's own retry policy; under
 // middleware.Policies its attempts are spans and its limits are on the

@@ -174,7 +174,7 @@ func TestBreakerCountsOnlyTransient(t *testing.T) {
 	assert.Equal(t, uint(0), cb.Metrics().Executions())
 }
 
-func TestFailedErrorMessages(t *testing.T) {
+func TestStopMessages(t *testing.T) {
 	err := &Error{Layer: "runtime", Outcome: OutcomeFailedExhausted, Attempts: 3, Err: &Error{StatusCode: 503}}
 	assert.Equal(t, "runtime: failed after 3 attempts: 503", err.Error())
 	unknown := &Error{Outcome: OutcomeFailedUnknown, Attempts: 1, Class: Unknown, Err: errors.New("weird")}
@@ -207,7 +207,7 @@ func TestOrPresetKeepsWhatIsSet(t *testing.T) {
 // A provider that echoes the key it was sent puts it in the *Error
 // retrace decodes; the layer that gives up redacts the known values in each
 // one in the chain, so that errors.As on its error finds none.
-func TestFailedErrorRedactsKnownValuesInItsAPIErrors(t *testing.T) {
+func TestStopRedactsKnownValuesInItsAnswers(t *testing.T) {
 	const key = "Zq7xW2.tenant.91" // in no shape a pattern knows: only its exact value can redact it
 	ctx := WithSecrets(context.Background(), key)
 	for name, fail := range map[string]func() error{
