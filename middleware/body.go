@@ -267,3 +267,37 @@ func (w *sseWatch) missing() string {
 	}
 	return "without an event"
 }
+
+// keepUntilRead hands cancel, the end of an attempt's context, to resp's
+// body when resp is an HTTP answer with one: the body is read from the
+// attempt's connection, so the attempt lasts until the body has been read to
+// its end or closed (and its timeout still bounds it), not only until the
+// headers came.
+func keepUntilRead(r *http.Response, cancel context.CancelFunc) bool {
+	if r == nil || r.Body == nil || r.Body == http.NoBody {
+		return false
+	}
+	r.Body = &cancelAtEnd{ReadCloser: r.Body, cancel: cancel}
+	return true
+}
+
+// cancelAtEnd is a body that ends its attempt's context when it is read to
+// its end, fails, or is closed.
+type cancelAtEnd struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelAtEnd) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.cancel()
+	}
+	return n, err
+}
+
+func (b *cancelAtEnd) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}

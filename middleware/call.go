@@ -35,7 +35,6 @@ type call[Req, Resp any] struct {
 	recording bool
 	rejected  bool // this attempt was refused by the layer's own breaker or bulkhead
 	budgetOut bool // the task budget refused a failsafe-go retry policy's retry
-	resend    int  // the request's place among an SDK's retries of it, from 0 (sdk.go); 0 for any other call
 	attempts  int  // the attempts made so far
 	// looped is the outcome retrace's retry loop ended the call with, ""
 	// when the layer has none; its report, when the loop ended on an error
@@ -126,32 +125,42 @@ func (b *bound[Req, Resp]) serve(ctx context.Context, req Req) (Resp, error) {
 
 	resp, err := b.body(ctx, c, req)
 
-	outcome, attempts, cls, err := c.verdict(ctx, err)
-	if c.resend == 0 {
-		// An SDK's retry of a request was in the worst case its first
-		// request reported.
-		c.frame.reportWorst()
-	}
+	v := ending[Resp]{start: start, resp: resp}
+	v.outcome, v.attempts, v.cls, v.err = c.verdict(ctx, err)
 	if c.recording && l.genai != nil {
-		l.genai.endAttributes(c.span, c.known(), resp, err)
+		l.genai.endAttributes(c.span, c.known(), resp, v.err)
 	}
-	if err != nil {
-		c.frame.endedBeneath(c.beneath(err, cls)) // only a failure pays for the copy the enclosing attempt keeps
+	if v.err != nil {
+		c.frame.endedBeneath(c.beneath(v.err, v.cls)) // only a failure pays for the copy the enclosing attempt keeps
 	} else {
 		c.frame.endedBeneath(nil)
-		if l.role.handOff(ctx, c, attempts) {
-			return resp, nil // the role ends the span later
-		}
 	}
+	l.role.end(ctx, c, v)
+	return resp, v.err
+}
+
+// ending is how a call ended, once its verdict is in.
+type ending[Resp any] struct {
+	outcome  policies.Outcome
+	attempts int
+	cls      policies.Classification
+	err      error
+	resp     Resp
+	start    time.Time // when the call began, for the GenAI duration; zero without GenAI metrics
+}
+
+// finish ends the call's span with its attributes and records its
+// metrics: the one way every call ends, when its role ends it.
+func (c *call[Req, Resp]) finish(ctx context.Context, v ending[Resp]) {
+	l := c.l
 	if c.recording {
-		l.endSpan(c, outcome, attempts, cls, err)
+		l.endSpan(c, v.outcome, v.attempts, v.cls, v.err)
 	}
 	c.span.End()
-	c.meter.record(ctx, outcome, attempts, l.retrying())
-	if g := c.meter.genai; g != nil {
-		l.genai.record(ctx, g, time.Since(start), resp, err, cls)
+	c.meter.record(ctx, v.outcome, v.attempts, l.retrying())
+	if g := c.meter.genai; g != nil && !v.start.IsZero() {
+		l.genai.record(ctx, g, time.Since(v.start), v.resp, v.err, v.cls)
 	}
-	return resp, err
 }
 
 // placeFrame places the call among the layers that enclose it: a layer

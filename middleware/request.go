@@ -39,7 +39,7 @@ func (r *request) start(ctx context.Context, c *call[*exchange, *http.Response],
 		return r.named.start(ctx, c, parent)
 	}
 	// The layer call is the physical request: its span is the request's.
-	name, opts := requestSpan(c.req.req, c.resend, r.attrs)
+	name, opts := requestSpan(c.req.req, c.req.resend, r.attrs)
 	return c.tracer.Start(&c.fctx, name, opts...)
 }
 
@@ -51,13 +51,29 @@ func (r *request) attempt(ctx context.Context, c *call[*exchange, *http.Response
 
 func (r *request) refusal(x *exchange) error { return unrewindable(x.req) }
 
+func (r *request) keep(resp *http.Response, cancel context.CancelFunc) bool {
+	return keepUntilRead(resp, cancel)
+}
+
+// end reports the request's worst case to the enclosing layer, unless it is
+// an SDK's resend of a request (whose worst case its first request
+// reported), and ends the call; the span of a successful request the layer
+// did not retry is handed to the answer's body.
+func (r *request) end(ctx context.Context, c *call[*exchange, *http.Response], v ending[*http.Response]) {
+	if c.req.resend == 0 {
+		c.frame.reportWorst()
+	}
+	if v.err != nil || c.l.retrying() {
+		c.finish(ctx, v)
+		return
+	}
+	r.handOff(ctx, c, v.attempts)
+}
+
 // handOff hands the span of a request the layer did not retry to the
 // answer's body: it ends when the body is read to its end or closed, and
 // says how the body ended.
-func (r *request) handOff(ctx context.Context, c *call[*exchange, *http.Response], attempts int) bool {
-	if c.l.retrying() {
-		return false
-	}
+func (r *request) handOff(ctx context.Context, c *call[*exchange, *http.Response], attempts int) {
 	c.req.end = func(bodyErr error) { endBody(ctx, c, bodyErr, attempts) }
 	c.req.event = func(eventErr error) {
 		// An error event: the SDK above reports it in words of its own;
@@ -65,25 +81,19 @@ func (r *request) handOff(ctx context.Context, c *call[*exchange, *http.Response
 		cls := c.classify(ctx, eventErr)
 		c.frame.endedBeneath(c.beneath(eventErr, cls))
 	}
-	return true
 }
 
 // endBody ends a request's span when its answer's body has ended: with
 // success, or with the failure the body ended with (a stream dropped, the
 // caller's end, an error event the provider sent).
 func endBody(ctx context.Context, c *call[*exchange, *http.Response], err error, attempts int) {
-	l := c.l
-	outcome, cls := policies.OutcomeSuccess, policies.Classification{}
+	v := ending[*http.Response]{outcome: policies.OutcomeSuccess, attempts: attempts, err: err}
 	if err != nil {
-		cls = c.classify(ctx, err)
-		outcome = l.outcome(ctx, c, err, cls)
-		c.frame.endedBeneath(c.beneath(err, cls))
+		v.cls = c.classify(ctx, err)
+		v.outcome = c.l.outcome(ctx, c, err, v.cls)
+		c.frame.endedBeneath(c.beneath(err, v.cls))
 	}
-	if c.recording {
-		l.endSpan(c, outcome, attempts, cls, err)
-	}
-	c.span.End()
-	c.meter.record(ctx, outcome, attempts, false)
+	c.finish(ctx, v)
 }
 
 // send is the handler of a request layer: one physical request, sent by

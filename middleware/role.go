@@ -8,9 +8,10 @@ import (
 
 // role is what a layer is, beyond the policies it runs: where a call stands
 // among the layers, how its spans are named, what may refuse an attempt,
-// and when its span ends. The core (layer.go, call.go, steps.go) runs
-// every layer's policies the same way and asks its role at those points; a role is chosen when the layer is built, so a call
-// never asks which layer it is in:
+// and how a call ends. The core (layer.go, call.go, attempt.go, steps.go,
+// executor.go) runs every layer's policies the same way, names no
+// transport, and asks its role at those points; a role is chosen when the
+// layer is built, so a call never asks which layer it is in:
 //
 //   - named (this file): a layer of PoliciesWith, its span named after it
 //     (WithSpanName), its attempts "{layer} attempt";
@@ -33,10 +34,15 @@ type role[Req, Resp any] interface {
 	// refusal is why the next attempt of req must not be made, nil if
 	// nothing of the role refuses it.
 	refusal(req Req) error
-	// handOff is asked when the call succeeded: true when its span outlives
-	// the call (a response whose body is still to be read) and the role
-	// ends it later.
-	handOff(ctx context.Context, c *call[Req, Resp], attempts int) bool
+	// end ends the call once the layer's verdict is in (its outcome,
+	// attempts, classification and error): it reports the call's worst case
+	// to the enclosing layer and ends its span now (c.finish), or hands the
+	// span to what outlives the call (an answer's body still to be read).
+	end(ctx context.Context, c *call[Req, Resp], v ending[Resp])
+	// keep hands cancel, the end of an attempt's context, to resp when resp
+	// is still being read from the attempt (an answer's body): true when it
+	// took it, and cancel is called when the reading ends.
+	keep(resp Resp, cancel context.CancelFunc) bool
 }
 
 // named is the role of a layer of PoliciesWith.
@@ -74,4 +80,9 @@ func (n *named[Req, Resp]) attempt(ctx context.Context, c *call[Req, Resp], _ in
 
 func (n *named[Req, Resp]) refusal(Req) error { return nil }
 
-func (n *named[Req, Resp]) handOff(context.Context, *call[Req, Resp], int) bool { return false }
+func (n *named[Req, Resp]) end(ctx context.Context, c *call[Req, Resp], v ending[Resp]) {
+	c.frame.reportWorst()
+	c.finish(ctx, v)
+}
+
+func (n *named[Req, Resp]) keep(Resp, context.CancelFunc) bool { return false }

@@ -83,7 +83,7 @@ type sdkRequest struct {
 // retries (0 when the SDK does not say).
 func (s *sdkRequest) place(c *call[*exchange, *http.Response], parent *frame) {
 	if n, err := strconv.Atoi(c.req.req.Header.Get(sdkRetryCount)); err == nil && n > 0 {
-		c.resend = n
+		c.req.resend = n
 	}
 	if parent != nil && parent.perAttempt {
 		// The layer above counts the SDK's attempts: each request is one leaf.

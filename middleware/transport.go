@@ -84,6 +84,9 @@ type exchange struct {
 	resp  *http.Response
 	end   func(error) // ends the request's span when the answer's body ends; nil when it has ended
 	event func(error) // tells the layers above of an error event in the answer's stream
+	// resend is the request's place among an SDK's retries of it, from 0
+	// (sdk.go); 0 for any other request.
+	resend int
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
