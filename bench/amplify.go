@@ -66,12 +66,12 @@ func Amplification() []AmpRow {
 			}
 			modelOpts = append(modelOpts, middleware.WithInnerAttempts(s.sdkRetry))
 		}
-		h := middleware.PoliciesWith[string, string]("model", modelOpts)(model)
-		h = middleware.PoliciesWith[string, string]("session", opts, policies.NewRetry[string](policies.SessionRetry))(h)
+		h := middleware.Layer[string, string]("model", modelOpts...)(model)
+		h = middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.SessionRetry))}, opts...)...)(h)
 		if s.runtime > 0 {
 			cfg := policies.RuntimeRetry
 			cfg.MaxAttempts = s.runtime
-			h = middleware.PoliciesWith[string, string]("runtime", opts, policies.NewRetry[string](cfg))(h)
+			h = middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](cfg))}, opts...)...)(h)
 		}
 		ctx := context.Background()
 		if s.budget > 0 {

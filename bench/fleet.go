@@ -46,10 +46,7 @@ func (o FleetOutcomes) Total() int {
 func (w FleetWorker) Run(ctx context.Context) FleetOutcomes {
 	retry := policies.ToolRetry
 	retry.Clock = w.Clock
-	layer := middleware.PoliciesWith[struct{}, struct{}]("model", append([]middleware.Option{middleware.WithClock(w.Clock)}, w.Options...),
-		policies.NewRetry[struct{}](retry),
-		policies.NewCircuitBreaker[struct{}](w.breaker()),
-	)
+	layer := middleware.Layer[struct{}, struct{}]("model", append([]middleware.Option{middleware.WithPolicies[struct{}](policies.NewRetry[struct{}](retry), policies.NewCircuitBreaker[struct{}](w.breaker()))}, append([]middleware.Option{middleware.WithClock(w.Clock)}, w.Options...)...)...)
 	h := layer(func(ctx context.Context, _ struct{}) (struct{}, error) { return struct{}{}, w.Call(ctx) })
 	out := FleetOutcomes{}
 	for i := range w.Calls {

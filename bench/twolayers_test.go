@@ -185,10 +185,8 @@ func errorType(err error) string {
 func retraceTwoLayers(tp trace.TracerProvider, h stringHandler) stringHandler {
 	opts := []middleware.Option{middleware.WithTracerProvider(tp)}
 	return middleware.Chain(
-		middleware.PoliciesWith[string, string]("runtime", opts,
-			policies.NewRetry[string](policies.RetryConfig{MaxAttempts: runtimeAttempts, RetryUnknown: true})),
-		middleware.PoliciesWith[string, string]("session", opts,
-			policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts})),
+		middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: runtimeAttempts, RetryUnknown: true}))}, opts...)...),
+		middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts}))}, opts...)...),
 	)(h)
 }
 

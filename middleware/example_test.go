@@ -40,14 +40,14 @@ func ExampleChain() {
 
 // Two retrying layers, as in an agent runtime around its session: the trace
 // counts the provider calls they make between them.
-func ExamplePoliciesWith() {
+func ExampleLayer_policies() {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	clk := clock.NewVirtual(time.Unix(0, 0)) // the 2 s … 8 s backoffs pass at once
 	opts := []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}
 
-	session := middleware.PoliciesWith[string, string]("session", opts, policies.NewRetry[string](policies.SessionRetry))
-	runtime := middleware.PoliciesWith[string, string]("runtime", opts, policies.NewRetry[string](policies.RuntimeRetry))
+	session := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.SessionRetry))}, opts...)...)
+	runtime := middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RuntimeRetry))}, opts...)...)
 	provider := func(context.Context, string) (string, error) {
 		return "", &policies.Error{StatusCode: 503, Message: "service unavailable"}
 	}

@@ -27,41 +27,22 @@ var (
 	meterScopeOpts = []metric.MeterOption{metric.WithInstrumentationVersion(telemetry.Version), metric.WithSchemaURL(telemetry.SchemaURL)}
 )
 
-// Policies runs the handler through the failsafe-go policies ps, listed
-// outermost first as in failsafe.With, with the global tracer and meter
-// providers as they are at call time. See [PoliciesWith].
+// Policies is [Layer] with only its policies, on the global tracer and
+// meter providers as they are at call time.
 func Policies[Req, Resp any](layer string, ps ...failsafe.Policy[Resp]) Middleware[Req, Resp] {
-	return PoliciesWith[Req, Resp](layer, nil, ps...)
+	return Layer[Req, Resp](layer, WithPolicies[Resp](ps...))
 }
 
-// Layer is [PoliciesWith] with every setting an option, the policies too
-// ([WithPolicies]):
+// Layer is the layer name: it runs the handler through the failsafe-go
+// policies given with [WithPolicies], listed outermost first as in
+// failsafe.With, with every other setting an option, and traces it:
 //
 //	call := middleware.Layer[Prompt, Reply]("session",
 //		middleware.WithTracerProvider(tp),
 //		middleware.WithPolicies[Reply](policies.NewRetry[Reply](policies.SessionRetry)),
 //	)(handler)
-func Layer[Req, Resp any](name string, opts ...Option) Middleware[Req, Resp] {
-	var ps []failsafe.Policy[Resp]
-	for _, given := range newConfig(opts).policies {
-		p, ok := given.([]failsafe.Policy[Resp])
-		if !ok {
-			err := &policies.Error{Class: policies.Programming, Type: "layer_config",
-				Err: fmt.Errorf("middleware.Layer %q: WithPolicies was given %T, the layer's responses are %T", name, given, []failsafe.Policy[Resp]{})}
-			return func(Handler[Req, Resp]) Handler[Req, Resp] {
-				return func(context.Context, Req) (Resp, error) {
-					var zero Resp
-					return zero, err
-				}
-			}
-		}
-		ps = append(ps, p...)
-	}
-	return PoliciesWith[Req, Resp](name, opts, ps...)
-}
-
-// PoliciesWith runs the handler through the failsafe-go policies ps, listed
-// outermost first as in failsafe.With, and traces it:
+//
+// It is the one constructor of a layer:
 //
 //   - a layer span (retrace.layer=layer) covers the whole call and ends with
 //     retrace.outcome; a retrying layer's span also gets retrace.attempts,
@@ -98,9 +79,24 @@ func Layer[Req, Resp any](name string, opts ...Option) Middleware[Req, Resp] {
 // in the handler is recovered into a *policies.Error (class Programming,
 // type panic, never retried) so that no permit leaks; it is the one place retrace
 // recovers a handler's panics.
-func PoliciesWith[Req, Resp any](layer string, opts []Option, ps ...failsafe.Policy[Resp]) Middleware[Req, Resp] {
+func Layer[Req, Resp any](name string, opts ...Option) Middleware[Req, Resp] {
 	cfg := newConfig(opts)
-	return newLayer[Req, Resp](layer, cfg, ps, newNamed[Req, Resp](layer, cfg)).middleware()
+	var ps []failsafe.Policy[Resp]
+	for _, given := range cfg.policies {
+		p, ok := given.([]failsafe.Policy[Resp])
+		if !ok {
+			err := &policies.Error{Class: policies.Programming, Type: "layer_config",
+				Err: fmt.Errorf("middleware.Layer %q: WithPolicies was given %T, the layer's responses are %T", name, given, []failsafe.Policy[Resp]{})}
+			return func(Handler[Req, Resp]) Handler[Req, Resp] {
+				return func(context.Context, Req) (Resp, error) {
+					var zero Resp
+					return zero, err
+				}
+			}
+		}
+		ps = append(ps, p...)
+	}
+	return newLayer[Req, Resp](name, cfg, ps, newNamed[Req, Resp](name, cfg)).middleware()
 }
 
 // layer is what a layer's constructor builds once and every call shares:

@@ -81,8 +81,7 @@ func histograms[N int64 | float64](t *testing.T, m metricdata.Metrics) map[strin
 func TestMetricsCallsAttemptsAndDelays(t *testing.T) {
 	mo, collect := meter(t)
 	leaf, _ := counting(errOverloaded, nil, errOverloaded)
-	h := middleware.PoliciesWith[string, string]("tool", []middleware.Option{mo},
-		retry(2, time.Second, clock.NewVirtual(epoch)))(leaf)
+	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(2, time.Second, clock.NewVirtual(epoch)))}, []middleware.Option{mo}...)...)(leaf)
 	_, err := h(context.Background(), "a") // fails, then succeeds after 1 s
 	require.NoError(t, err)
 	_, err = h(context.Background(), "b") // fails twice, 1 s between
@@ -104,7 +103,7 @@ func TestMetricsCallsAttemptsAndDelays(t *testing.T) {
 func TestMetricsNonRetryingLayerHasNoAttempts(t *testing.T) {
 	mo, collect := meter(t)
 	leaf, _ := counting(nil)
-	h := middleware.PoliciesWith[string, string]("model", []middleware.Option{mo})(leaf)
+	h := middleware.Layer[string, string]("model", []middleware.Option{mo}...)(leaf)
 	_, err := h(context.Background(), "a")
 	require.NoError(t, err)
 	got := collect()
@@ -127,8 +126,8 @@ func TestMetricsCircuitStateAndTransitions(t *testing.T) {
 		}
 		return "found", nil
 	}
-	a := middleware.PoliciesWith[string, string]("tool", []middleware.Option{mo}, breaker)(leaf)
-	b := middleware.PoliciesWith[string, string]("tool2", []middleware.Option{mo}, breaker)(leaf)
+	a := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](breaker)}, []middleware.Option{mo}...)...)(leaf)
+	b := middleware.Layer[string, string]("tool2", append([]middleware.Option{middleware.WithPolicies[string](breaker)}, []middleware.Option{mo}...)...)(leaf)
 	ctx := context.Background()
 
 	state := func() map[string]int64 {
@@ -180,9 +179,8 @@ func TestMetricsBudgetRefusals(t *testing.T) {
 	mo, collect := meter(t)
 	clk := clock.NewVirtual(epoch)
 	leaf, _ := counting(errOverloaded)
-	own := middleware.PoliciesWith[string, string]("own", []middleware.Option{mo, middleware.WithClock(clk)}, retry(3, time.Second, clk))(leaf)
-	plain := middleware.PoliciesWith[string, string]("plain", []middleware.Option{mo, middleware.WithClock(clk)},
-		retrypolicy.NewBuilder[string]().WithMaxAttempts(3).Build())(leaf)
+	own := middleware.Layer[string, string]("own", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clk))}, []middleware.Option{mo, middleware.WithClock(clk)}...)...)(leaf)
+	plain := middleware.Layer[string, string]("plain", append([]middleware.Option{middleware.WithPolicies[string](retrypolicy.NewBuilder[string]().WithMaxAttempts(3).Build())}, []middleware.Option{mo, middleware.WithClock(clk)}...)...)(leaf)
 	ctx := policies.WithTaskBudget(context.Background(), 2)
 	_, _ = own(ctx, "a")   // draws both retries
 	_, _ = own(ctx, "b")   // refused at its first retry
@@ -197,11 +195,11 @@ func TestMetricsGenAI(t *testing.T) {
 	mo, collect := meter(t)
 	type reply struct{ in, out int }
 	fail := false
-	h := middleware.PoliciesWith[string, reply]("model", []middleware.Option{mo,
+	h := middleware.Layer[string, reply]("model", []middleware.Option{mo,
 		middleware.WithAttributes(telemetry.GenAIOperation.String("chat"), telemetry.GenAIProvider.String("openai"),
 			telemetry.GenAIRequestModel.String("gpt-4o-mini"), telemetry.GenAIToolName.String("not a metric attribute")),
 		middleware.WithGenAIMetrics(func(r reply) (int, int) { return r.in, r.out }),
-	})(func(context.Context, string) (reply, error) {
+	}...)(func(context.Context, string) (reply, error) {
 		if fail {
 			return reply{}, errOverloaded
 		}
@@ -234,8 +232,8 @@ func TestMetricsGenAI(t *testing.T) {
 func TestGenAIErrorTypeBounded(t *testing.T) {
 	mp, collect := meter(t)
 	n := 0
-	call := middleware.PoliciesWith[string, string]("session", []middleware.Option{mp,
-		middleware.WithGenAIMetrics[string](nil)})(func(context.Context, string) (string, error) {
+	call := middleware.Layer[string, string]("session", []middleware.Option{mp,
+		middleware.WithGenAIMetrics[string](nil)}...)(func(context.Context, string) (string, error) {
 		n++
 		switch n {
 		case 1:

@@ -13,7 +13,7 @@ import (
 	"github.com/retrace-go/retrace/policies"
 )
 
-// Option configures [PoliciesWith]. A nil Option is a no-op.
+// Option configures a [Layer], [Transport] or [SDK]. A nil Option is a no-op.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -129,7 +129,6 @@ func WithInnerRetries(name string, attempts int) Option {
 // response type (Go cannot infer it from a policy's concrete type, so write
 // it: WithPolicies[Reply](retry, breaker)); a Layer given policies of
 // another type fails every call with a Programming error that says so.
-// [PoliciesWith], which takes its policies as arguments, ignores it.
 func WithPolicies[R any](ps ...failsafe.Policy[R]) Option {
 	return optionFunc(func(c *config) { c.policies = append(c.policies, ps) })
 }

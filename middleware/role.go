@@ -13,7 +13,7 @@ import (
 // transport, and asks its role at those points; a role is chosen when the
 // layer is built, so a call never asks which layer it is in:
 //
-//   - named (this file): a layer of PoliciesWith, its span named after it
+//   - named (this file): a layer of Layer, its span named after it
 //     (WithSpanName), its attempts "{layer} attempt";
 //   - request (request.go): Transport's, whose spans are the physical HTTP
 //     requests and end with the answer's body;
@@ -45,7 +45,7 @@ type role[Req, Resp any] interface {
 	keep(resp Resp, cancel context.CancelFunc) bool
 }
 
-// named is the role of a layer of PoliciesWith.
+// named is the role of a layer of Layer.
 type named[Req, Resp any] struct {
 	span        string // the layer span's name (WithSpanName), else the layer's
 	attemptName string // "{layer} attempt"

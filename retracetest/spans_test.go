@@ -35,7 +35,7 @@ func tracedCalls(t *testing.T, srv *retracetest.Server, n int) []sdktrace.ReadOn
 	client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
 		option.WithHTTPClient(&http.Client{Transport: transport}), option.WithMaxRetries(1),
 		option.WithMiddleware(middleware.SDK("openai-go", 1, opts...)))
-	layer := middleware.PoliciesWith[string, string]("agent", opts, policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}))
+	layer := middleware.Layer[string, string]("agent", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}))}, opts...)...)
 	for range n {
 		_, _ = layer(func(ctx context.Context, q string) (string, error) {
 			_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "m",
@@ -109,10 +109,7 @@ func TestTraceCountsThroughABreaker(t *testing.T) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport}
-	layer := middleware.PoliciesWith[string, string]("model",
-		[]middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)},
-		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}),
-		policies.NewCircuitBreaker[string](policies.BreakerConfig{Name: "provider", FailureThreshold: 2, Delay: time.Second}))
+	layer := middleware.Layer[string, string]("model", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}), policies.NewCircuitBreaker[string](policies.BreakerConfig{Name: "provider", FailureThreshold: 2, Delay: time.Second}))}, []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}...)...)
 	call := layer(func(ctx context.Context, _ string) (string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/chat/completions", strings.NewReader("{}"))
 		if err != nil {
@@ -170,8 +167,8 @@ func TestNestedChains(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	opts := []middleware.Option{middleware.WithTracerProvider(tp)}
 	h := middleware.Chain(
-		middleware.PoliciesWith[string, string]("runtime", opts, policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3})),
-		middleware.PoliciesWith[string, string]("session", opts, policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})),
+		middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}))}, opts...)...),
+		middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4}))}, opts...)...),
 	)(func(context.Context, string) (string, error) { return "ok", nil })
 	_, err := h(context.Background(), "x")
 	require.NoError(t, err)

@@ -58,7 +58,7 @@ func New(agent Agent, cfg Config) *Runtime {
 	// Each failed attempt is recorded with the class the layer gave it, so
 	// that ExecError and the attempt spans agree.
 	opts := append(append([]middleware.Option{}, cfg.Options...), middleware.WithOnAttempt(record))
-	r.exec = middleware.PoliciesWith[string, session.Message]("runtime", opts, policies.NewRetry[session.Message](cfg.Retry))(agent.Run)
+	r.exec = middleware.Layer[string, session.Message]("runtime", append([]middleware.Option{middleware.WithPolicies[session.Message](policies.NewRetry[session.Message](cfg.Retry))}, opts...)...)(agent.Run)
 	return r
 }
 

@@ -116,11 +116,9 @@ func RunTask(ctx context.Context, task Task, cfg TaskConfig) (*TaskReport, error
 		}
 	}
 	rep := &TaskReport{TaskID: task.ID, ResumedAt: len(cp.Steps) + 1}
-	run := middleware.PoliciesWith[Task, *TaskReport]("task",
-		append([]middleware.Option{middleware.WithSpanName("task " + task.ID), middleware.WithAttributes(
-			telemetry.TaskID.String(task.ID), telemetry.TaskSteps.Int(len(task.Steps)),
-		)}, cfg.Options...),
-	)(func(ctx context.Context, task Task) (*TaskReport, error) {
+	run := middleware.Layer[Task, *TaskReport]("task", append([]middleware.Option{middleware.WithSpanName("task " + task.ID), middleware.WithAttributes(
+		telemetry.TaskID.String(task.ID), telemetry.TaskSteps.Int(len(task.Steps)),
+	)}, cfg.Options...)...)(func(ctx context.Context, task Task) (*TaskReport, error) {
 		trace.SpanFromContext(ctx).SetAttributes(telemetry.TaskResumedAt.Int(rep.ResumedAt))
 		err := runSteps(ctx, task, cfg, cp, rep)
 		rep.Steps = cp.Steps
@@ -139,11 +137,9 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 	for i := len(cp.Steps); i < len(task.Steps); i++ {
 		n, st := i+1, task.Steps[i]
 		sc := StepContext{TaskID: task.ID, Step: n, Key: IdempotencyKey(task.ID, n), Results: results}
-		layer := middleware.PoliciesWith[StepContext, any]("step",
-			append([]middleware.Option{middleware.WithSpanName(fmt.Sprintf("step %d %s", n, st.Name)), middleware.WithAttributes(
-				telemetry.Step.Int(n), telemetry.StepKey.String(sc.Key),
-			)}, cfg.Options...),
-			policies.NewRetry[any](cfg.Retry))
+		layer := middleware.Layer[StepContext, any]("step", append([]middleware.Option{middleware.WithPolicies[any](policies.NewRetry[any](cfg.Retry))}, append([]middleware.Option{middleware.WithSpanName(fmt.Sprintf("step %d %s", n, st.Name)), middleware.WithAttributes(
+			telemetry.Step.Int(n), telemetry.StepKey.String(sc.Key),
+		)}, cfg.Options...)...)...)
 		rep.Ran = append(rep.Ran, n)
 		attempts := 0
 		out, err := layer(func(ctx context.Context, sc StepContext) (any, error) {

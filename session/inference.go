@@ -116,7 +116,7 @@ func inferenceLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req
 			return u.InputTokens, u.OutputTokens
 		}),
 	)
-	return middleware.PoliciesWith[Req, Resp]("session", opts, policies.NewRetry[Resp](in.Retry))
+	return middleware.Layer[Req, Resp]("session", append([]middleware.Option{middleware.WithPolicies[Resp](policies.NewRetry[Resp](in.Retry))}, opts...)...)
 }
 
 // modelCallLayer is the layer of each attempt of a logical model call:
@@ -136,7 +136,7 @@ func modelCallLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req
 		opts = append(opts, middleware.WithInnerAttempts(in.InnerAttempts))
 	}
 	ps := append([]failsafe.Policy[Resp]{policies.NewTimeout[Resp](in.Timeout, nil)}, in.Policies...)
-	return middleware.PoliciesWith[Req, Resp]("model", opts, ps...)
+	return middleware.Layer[Req, Resp]("model", append([]middleware.Option{middleware.WithPolicies[Resp](ps...)}, opts...)...)
 }
 
 // InferenceLayers is the inference layer around the model layer: a logical model

@@ -249,7 +249,7 @@ func (c *Client) layer(method, tool string) middleware.Handler[*request, mcp.Res
 	case strings.HasPrefix(method, "notifications/"):
 		opts = append(opts, middleware.WithUncounted(telemetry.UncountedNotification))
 	}
-	h := middleware.PoliciesWith[*request, mcp.Result](telemetry.LayerMCP, opts)(c.exchange)
+	h := middleware.Layer[*request, mcp.Result](telemetry.LayerMCP, opts...)(c.exchange)
 	c.layers[k] = h
 	return h
 }

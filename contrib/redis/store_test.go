@@ -99,9 +99,7 @@ func spans(t *testing.T, st policies.State, calls int) []sdktrace.ReadOnlySpan {
 	retry := policies.ToolRetry
 	retry.Clock = clk
 	retry.Budget = policies.NewRetryBudget(policies.RetryBudgetConfig{Name: "p", State: st, Clock: clk})
-	layer := middleware.PoliciesWith[int, int]("tool", []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)},
-		policies.NewRetry[int](retry),
-		policies.NewCircuitBreaker[int](policies.BreakerConfig{Name: "p", State: st, Clock: clk}))
+	layer := middleware.Layer[int, int]("tool", append([]middleware.Option{middleware.WithPolicies[int](policies.NewRetry[int](retry), policies.NewCircuitBreaker[int](policies.BreakerConfig{Name: "p", State: st, Clock: clk}))}, []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}...)...)
 	h := layer(func(context.Context, int) (int, error) { return 0, &policies.Error{StatusCode: 503} })
 	ctx := policies.WithSharedTaskBudget(context.Background(), st, "task-1", 6)
 	for range calls {

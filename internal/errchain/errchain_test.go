@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
-
 )
 
 // isEOF is an error whose own Is method claims io.EOF.
@@ -80,4 +79,3 @@ func TestChainOfACycleEnds(t *testing.T) {
 	c.Add(a)
 	assert.Equal(t, MaxLen, c.n)
 }
-
