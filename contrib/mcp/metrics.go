@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -16,7 +17,7 @@ import (
 // scope is the instrumentation scope of contrib/mcp's spans and metrics.
 const scope = "github.com/retrace-go/retrace/contrib/mcp"
 
-var meterOpts = []metric.MeterOption{metric.WithInstrumentationVersion(telemetry.Version), metric.WithSchemaURL(telemetry.SchemaURL)}
+var meterOpts = []metric.MeterOption{metric.WithInstrumentationVersion(instrument.Version), metric.WithSchemaURL(instrument.SchemaURL)}
 
 // clientMetrics are the client's MCP metrics; an instrument the meter
 // refuses stays nil, and metrics never fail a call.
@@ -28,10 +29,10 @@ type clientMetrics struct {
 func newClientMetrics(mp metric.MeterProvider) *clientMetrics {
 	m := mp.Meter(scope, meterOpts...)
 	cm := &clientMetrics{}
-	cm.ops, _ = m.Float64Histogram(telemetry.MetricMCPClientOperationDuration, metric.WithUnit(telemetry.UnitSeconds),
+	cm.ops, _ = m.Float64Histogram(telemetry.MetricMCPClientOperationDuration, metric.WithUnit(instrument.UnitSeconds),
 		metric.WithDescription("The duration of an MCP request as the client sent it, until its answer."),
 		metric.WithExplicitBucketBoundaries(telemetry.MCPDurationBuckets()...))
-	cm.sessions, _ = m.Float64Histogram(telemetry.MetricMCPClientSessionDuration, metric.WithUnit(telemetry.UnitSeconds),
+	cm.sessions, _ = m.Float64Histogram(telemetry.MetricMCPClientSessionDuration, metric.WithUnit(instrument.UnitSeconds),
 		metric.WithDescription("The duration of an MCP client session."),
 		metric.WithExplicitBucketBoundaries(telemetry.MCPDurationBuckets()...))
 	return cm
@@ -92,7 +93,7 @@ func errorAttributes(err error) []attribute.KeyValue {
 }
 
 // mcpErrorTypes are the error types of MCP a metric keeps as they are,
-// besides retrace's own (telemetry.MetricErrorType): a metric stream per
+// besides retrace's own (instrument.MetricErrorType): a metric stream per
 // code an implementation invents would grow without bound.
 var mcpErrorTypes = map[string]bool{
 	telemetry.ErrorTypeToolError: true,
@@ -104,7 +105,7 @@ func metricErrorType(t string) string {
 	if mcpErrorTypes[t] {
 		return t
 	}
-	return telemetry.MetricErrorType(t)
+	return instrument.MetricErrorType(t)
 }
 
 // protocolVersion is the protocol version of a request's session, "" before

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -54,7 +55,7 @@ func ServerMiddleware(cfg ServerConfig) mcp.Middleware {
 		mp = otel.GetMeterProvider()
 	}
 	ops, _ := mp.Meter(scope, meterOpts...).Float64Histogram(telemetry.MetricMCPServerOperationDuration,
-		metric.WithUnit(telemetry.UnitSeconds),
+		metric.WithUnit(instrument.UnitSeconds),
 		metric.WithDescription("The duration of an MCP request as the server handled it."),
 		metric.WithExplicitBucketBoundaries(telemetry.MCPDurationBuckets()...))
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
@@ -75,7 +76,7 @@ func ServerMiddleware(cfg ServerConfig) mcp.Middleware {
 			if t := toolName(req); t != "" {
 				name += " " + t
 			}
-			ctx, span := tp.Tracer(scope, trace.WithInstrumentationVersion(telemetry.Version), trace.WithSchemaURL(telemetry.SchemaURL)).
+			ctx, span := tp.Tracer(scope, trace.WithInstrumentationVersion(instrument.Version), trace.WithSchemaURL(instrument.SchemaURL)).
 				Start(parent, name, opts...)
 			defer span.End()
 			ctx = policies.WithSecrets(ctx, cfg.Secrets...)
