@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -99,12 +100,12 @@ func newGenAIInstruments(m metric.Meter, attrs []attribute.KeyValue) *genAIInstr
 			}
 		}
 	}
-	g.duration, _ = m.Float64Histogram(telemetry.MetricOperationDuration, metric.WithUnit(telemetry.UnitSeconds),
+	g.duration, _ = m.Float64Histogram(telemetry.MetricOperationDuration, metric.WithUnit(instrument.UnitSeconds),
 		metric.WithDescription("GenAI operation duration."),
-		metric.WithExplicitBucketBoundaries(telemetry.DurationBuckets()...))
-	g.tokens, _ = m.Int64Histogram(telemetry.MetricTokenUsage, metric.WithUnit(telemetry.UnitToken),
+		metric.WithExplicitBucketBoundaries(instrument.DurationBuckets()...))
+	g.tokens, _ = m.Int64Histogram(telemetry.MetricTokenUsage, metric.WithUnit(instrument.UnitToken),
 		metric.WithDescription("Measures number of input and output tokens used."),
-		metric.WithExplicitBucketBoundaries(telemetry.TokenBuckets()...))
+		metric.WithExplicitBucketBoundaries(instrument.TokenBuckets()...))
 	with := func(kv ...attribute.KeyValue) []metric.RecordOption {
 		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue{}, g.base...), kv...)...))}
 	}
@@ -121,7 +122,7 @@ func (g *genAIInstruments) record(ctx context.Context, d time.Duration, errType 
 	if failed {
 		// A span names the provider's code as it is; a metric only the
 		// known ones, so that its streams stay bounded.
-		errType = telemetry.MetricErrorType(errType)
+		errType = instrument.MetricErrorType(errType)
 		v, ok := g.failed.Load(errType)
 		if !ok {
 			v, _ = g.failed.LoadOrStore(errType, []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(

@@ -14,8 +14,8 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // scope is the instrumentation scope of retrace's spans and metrics.
@@ -23,8 +23,8 @@ const scope = "github.com/retrace-go/retrace"
 
 // scopeOpts give the scope retrace's version and the conventions' schema.
 var (
-	scopeOpts      = []trace.TracerOption{trace.WithInstrumentationVersion(telemetry.Version), trace.WithSchemaURL(telemetry.SchemaURL)}
-	meterScopeOpts = []metric.MeterOption{metric.WithInstrumentationVersion(telemetry.Version), metric.WithSchemaURL(telemetry.SchemaURL)}
+	scopeOpts      = []trace.TracerOption{trace.WithInstrumentationVersion(instrument.Version), trace.WithSchemaURL(instrument.SchemaURL)}
+	meterScopeOpts = []metric.MeterOption{metric.WithInstrumentationVersion(instrument.Version), metric.WithSchemaURL(instrument.SchemaURL)}
 )
 
 // Policies is [Layer] with only its policies, on the global tracer and

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -48,19 +49,19 @@ func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instrume
 		layerAdd:    []metric.AddOption{metric.WithAttributeSet(set)},
 		layerRecord: []metric.RecordOption{metric.WithAttributeSet(set)},
 	}
-	in.calls, _ = m.Int64Counter(telemetry.MetricLayerCalls, metric.WithUnit(telemetry.UnitCall),
+	in.calls, _ = m.Int64Counter(telemetry.MetricLayerCalls, metric.WithUnit(instrument.UnitCall),
 		metric.WithDescription("Calls through a retrace layer, by outcome."))
-	in.attempts, _ = m.Int64Histogram(telemetry.MetricLayerAttempts, metric.WithUnit(telemetry.UnitAttempt),
+	in.attempts, _ = m.Int64Histogram(telemetry.MetricLayerAttempts, metric.WithUnit(instrument.UnitAttempt),
 		metric.WithDescription("Attempts each call through a retrying layer made, the first included."),
-		metric.WithExplicitBucketBoundaries(telemetry.AttemptBuckets()...))
-	in.delay, _ = m.Float64Histogram(telemetry.MetricRetryDelay, metric.WithUnit(telemetry.UnitSeconds),
+		metric.WithExplicitBucketBoundaries(instrument.AttemptBuckets()...))
+	in.delay, _ = m.Float64Histogram(telemetry.MetricRetryDelay, metric.WithUnit(instrument.UnitSeconds),
 		metric.WithDescription("Backoff waited before a retry."),
-		metric.WithExplicitBucketBoundaries(telemetry.RetryDelayBuckets()...))
-	in.refusals, _ = m.Int64Counter(telemetry.MetricBudgetRefusals, metric.WithUnit(telemetry.UnitRefusal),
+		metric.WithExplicitBucketBoundaries(instrument.RetryDelayBuckets()...))
+	in.refusals, _ = m.Int64Counter(telemetry.MetricBudgetRefusals, metric.WithUnit(instrument.UnitRefusal),
 		metric.WithDescription("Retries a retry budget refused."))
-	in.transitions, _ = m.Int64Counter(telemetry.MetricCircuitTransitions, metric.WithUnit(telemetry.UnitTransition),
+	in.transitions, _ = m.Int64Counter(telemetry.MetricCircuitTransitions, metric.WithUnit(instrument.UnitTransition),
 		metric.WithDescription("Circuit breaker transitions, by the state moved to."))
-	in.state, _ = m.Int64Gauge(telemetry.MetricCircuitState, metric.WithUnit(telemetry.UnitState),
+	in.state, _ = m.Int64Gauge(telemetry.MetricCircuitState, metric.WithUnit(instrument.UnitState),
 		metric.WithDescription("1 for the state a circuit breaker is in, 0 for the others it has been in."))
 	for _, o := range allOutcomes {
 		in.byOutcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(telemetry.Layer.String(layer), telemetry.Outcome.String(string(o))))}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -217,7 +218,7 @@ func TestMetricsGenAI(t *testing.T) {
 	assert.Len(t, d, 2)
 	assert.Equal(t, uint64(1), d[base].Count)
 	assert.Equal(t, uint64(1), d["error.type=overloaded_error,"+base].Count)
-	assert.Equal(t, telemetry.DurationBuckets(), got[telemetry.MetricOperationDuration].Data.(metricdata.Histogram[float64]).DataPoints[0].Bounds)
+	assert.Equal(t, instrument.DurationBuckets(), got[telemetry.MetricOperationDuration].Data.(metricdata.Histogram[float64]).DataPoints[0].Bounds)
 	tokens := histograms[int64](t, got[telemetry.MetricTokenUsage])
 	assert.Equal(t, map[string]hist{
 		base + ",gen_ai.token.type=input":  {1, 120},

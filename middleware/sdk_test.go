@@ -14,10 +14,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // down503 is a 503 whose retry-after-ms lets the SDK retry at once.
@@ -190,7 +190,7 @@ func TestScopeHasVersionAndSchema(t *testing.T) {
 	for _, s := range rec.Ended() {
 		sc := s.InstrumentationScope()
 		assert.Equal(t, "github.com/retrace-go/retrace", sc.Name)
-		assert.Equal(t, telemetry.Version, sc.Version)
-		assert.Equal(t, telemetry.SchemaURL, sc.SchemaURL)
+		assert.Equal(t, instrument.Version, sc.Version)
+		assert.Equal(t, instrument.SchemaURL, sc.SchemaURL)
 	}
 }

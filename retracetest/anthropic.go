@@ -23,7 +23,7 @@ func (s *Server) AnthropicURL() string {
 // AnthropicError returns an error answer with the given HTTP status and
 // Anthropic error type, such as 529 and "overloaded_error".
 func AnthropicError(status int, typ, message string) Fault {
-	return Fault{Kind: KindError, Status: status, Type: typ, Message: message}
+	return Fault{kind: kindError, Status: status, Type: typ, Message: message}
 }
 
 // AnthropicOverloaded returns Anthropic's 529 overloaded_error.
@@ -81,7 +81,7 @@ func PromptTooLong(tokens, maximum int) Fault {
 // ends. A request with stream=false gets the error answer with status 500
 // instead.
 func AnthropicErrorEvent(afterChunks int, typ, message string) Fault {
-	return Fault{Kind: KindErrorEvent, Chunks: afterChunks, Type: typ, Message: message, Event: "error"}
+	return Fault{kind: kindErrorEvent, Chunks: afterChunks, Type: typ, Message: message, Event: "error"}
 }
 
 // anthropicTypes are the error types of Anthropic's API, and the status each

@@ -13,8 +13,8 @@ import (
 // a raw or huge error body, a huge event) are answered as on the OpenAI
 // route.
 func respondAnthropic(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
-	switch f.Kind {
-	case KindHang, KindBadJSON, KindRawError, KindHugeError, KindHugeEvent:
+	switch f.kind {
+	case kindHang, kindBadJSON, kindRawError, kindHugeError, kindHugeEvent:
 		respond(w, r, req, f)
 		return
 	}
@@ -24,10 +24,10 @@ func respondAnthropic(w http.ResponseWriter, r *http.Request, req Request, f Fau
 	w.Header().Set("Request-Id", fmt.Sprintf("req_%d", req.Index))
 	st := stream{w: w, rc: http.NewResponseController(w), req: req, id: fmt.Sprintf("msg_%d", req.Index)}
 	a := answer{text: f.text(), calls: anthropicCalls(f, req.Index)}
-	switch f.Kind {
-	case KindError:
+	switch f.kind {
+	case kindError:
 		writeAnthropicError(w, f.status(), f)
-	case KindErrorEvent:
+	case kindErrorEvent:
 		if !req.Stream {
 			writeAnthropicError(w, f.status(), f)
 			return
@@ -45,7 +45,7 @@ func respondAnthropic(w http.ResponseWriter, r *http.Request, req Request, f Fau
 			name = "error"
 		}
 		_ = st.named(name, data)
-	case KindMalformed:
+	case kindMalformed:
 		if !req.Stream {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = fmt.Fprintf(w, `{"id": %q, "type": "message", "content": [`, st.id)
@@ -57,7 +57,7 @@ func respondAnthropic(w http.ResponseWriter, r *http.Request, req Request, f Fau
 			return
 		}
 		_ = st.anthropicEvent(anthropicEvent{name: "message_stop", data: anthropicBare{Type: "message_stop"}})
-	case KindStreamReset, KindStreamEOF:
+	case kindStreamReset, kindStreamEOF:
 		if req.Stream {
 			st.begin()
 			_ = st.anthropicCut(a, f.Chunks)
@@ -67,7 +67,7 @@ func respondAnthropic(w http.ResponseWriter, r *http.Request, req Request, f Fau
 			_, _ = w.Write(b[:len(b)/2])
 			_ = st.rc.Flush()
 		}
-		if f.Kind == KindStreamReset {
+		if f.kind == kindStreamReset {
 			reset(st.rc)
 		}
 	default:

@@ -230,7 +230,7 @@ func TestAnthropicErrorAnswers(t *testing.T) {
 		{"openai quota", retracetest.InsufficientQuota(), 429, "billing_error", "quota", ""},
 		{"openai key", retracetest.InvalidAPIKey(), 401, "authentication_error", "Incorrect API key", ""},
 		{"openai rate limit", retracetest.RateLimited(3 * time.Second), 429, "rate_limit_error", "Rate limit", "3"},
-		{"openai overloaded", retracetest.Overloaded(), 529, "overloaded_error", "Overloaded", ""},
+		{"openai overloaded", retracetest.Status(529, "overloaded_error", "overloaded_error", "Overloaded"), 529, "overloaded_error", "Overloaded", ""},
 		{"status only", retracetest.Status(504, "", "", "slow"), 504, "timeout_error", "slow", ""},
 		{"unknown 5xx", retracetest.Status(507, "", "", "full"), 507, "api_error", "full", ""},
 		{"a type of its own", retracetest.AnthropicError(418, "teapot_error", "short and stout"), 418, "teapot_error", "stout", ""},

@@ -15,7 +15,7 @@ import (
 
 func TestRawAndStringError(t *testing.T) {
 	srv, c := start(t, retracetest.Sequence(
-		retracetest.RawError(502, "<html>bad gateway</html>"),
+		retracetest.StringError(502, "").WithBody("<html>bad gateway</html>"),
 		retracetest.StringError(401, "Invalid API key"),
 	))
 	for _, want := range []struct {

@@ -13,18 +13,20 @@
 // A fault is one of a success (streamed as server-sent events when the
 // request asks for stream=true, a chat.completion object otherwise), an error
 // answer with OpenAI's error body (rate limits with Retry-After or
-// retry-after-ms, server errors, 529 overload, invalid API key, context
-// overflow, insufficient quota, invalid image), an error body of any shape
-// ([RawError], [StringError]), a stream that is cut by a TCP reset or ends
-// early without its finish chunk, a stream that fails midway with an error
-// event ([ErrorEvent]), a malformed stream, a body that is not JSON, a slow
-// answer, or no answer at all. [HugeEvent] and [HugeError] send an event or
-// an error body of any size, generated as they are sent, to show that a
-// client's limits hold; [Server.Written] tells how much of them was sent
-// before the client hung up. Any fault may wait
-// before answering; waits end when the request's context ends, and they are
-// multiplied by the server's time scale (see [Server.SetTimeScale]), while the
-// Retry-After values a fault sends are always in real units.
+// retry-after-ms, server errors, invalid API key, context overflow,
+// insufficient quota, invalid image, or any [Status]), an error body of any
+// shape ([StringError], and [Fault.WithBody] for a body of your own), a
+// stream that is cut by a TCP reset or ends early without its finish chunk,
+// a stream that fails midway with an error event ([ErrorEvent]), a
+// malformed stream, a body that is not JSON, or no answer at all.
+// [HugeEvent] and [HugeError] send an event or an error body of any size,
+// generated as they are sent, to show that a client's limits hold;
+// [Server.Written] tells how much of them was sent before the client hung
+// up. Any fault may wait before answering ([Fault.WithDelay]:
+// OK().WithDelay(d) is a slow answer); waits end when the request's
+// context ends, and they are multiplied by the server's time scale (see
+// [Server.SetTimeScale]), while the Retry-After values a fault sends are
+// always in real units.
 //
 //	srv := retracetest.New(retracetest.Sequence(
 //		retracetest.RateLimited(2*time.Second),

@@ -14,76 +14,78 @@ import (
 // DefaultReply is the text of a successful answer whose fault sets no Reply.
 const DefaultReply = "Hello from the fault server."
 
-// Kind says what the server does with a request.
-type Kind int
+// kind says what the server does with a request. It is how a Fault is
+// implemented, unexported: a test says which fault it wants with the
+// constructors (OK, Status, StreamReset, Hang, …), which set it.
+type kind int
 
 const (
-	// KindOK answers with a successful completion of Fault.Reply and
+	// kindOK answers with a successful completion of Fault.Reply and
 	// Fault.ToolCalls.
-	KindOK Kind = iota
-	// KindError answers with Fault.Status and an OpenAI error body made of
+	kindOK kind = iota
+	// kindError answers with Fault.Status and an OpenAI error body made of
 	// Fault.Code, Fault.Type and Fault.Message.
-	KindError
-	// KindStreamReset sends the status, the headers and the first
+	kindError
+	// kindStreamReset sends the status, the headers and the first
 	// Fault.Chunks chunks of the answer, then resets the TCP connection.
-	KindStreamReset
-	// KindStreamEOF sends the status, the headers and the first Fault.Chunks
+	kindStreamReset
+	// kindStreamEOF sends the status, the headers and the first Fault.Chunks
 	// chunks of the answer, then ends the body cleanly without a finish
 	// chunk or [DONE].
-	KindStreamEOF
-	// KindHang never answers; the handler returns when the request's context
+	kindStreamEOF
+	// kindHang never answers; the handler returns when the request's context
 	// ends.
-	KindHang
-	// KindMalformed answers 200 with an event stream whose second event is
+	kindHang
+	// kindMalformed answers 200 with an event stream whose second event is
 	// not valid JSON.
-	KindMalformed
-	// KindBadJSON answers 200 with Content-Type application/json and a body
+	kindMalformed
+	// kindBadJSON answers 200 with Content-Type application/json and a body
 	// that is not JSON.
-	KindBadJSON
-	// KindRawError answers Fault.Status with Fault.Body as it is, with
+	kindBadJSON
+	// kindRawError answers Fault.Status with Fault.Body as it is, with
 	// Content-Type application/json: an error body of any shape, such as
 	// {"error": "text"}.
-	KindRawError
-	// KindErrorEvent sends the status, the headers and the first
+	kindRawError
+	// kindErrorEvent sends the status, the headers and the first
 	// Fault.Chunks chunks of the answer, then one error event, and ends the
 	// body: its data is Fault.Body when set, else an OpenAI error object made
 	// of Fault.Code, Fault.Type and Fault.Message; an "event:" line with
 	// Fault.Event comes first when Fault.Event is set.
-	KindErrorEvent
-	// KindHugeEvent sends the status and the headers, then one event of
+	kindErrorEvent
+	// kindHugeEvent sends the status and the headers, then one event of
 	// Fault.Size bytes in "data:" lines of Fault.LineBytes bytes each (one
 	// line when LineBytes is 0) with no blank line to end it, and ends the
 	// body. The event is generated as it is sent, never held in memory.
-	KindHugeEvent
-	// KindHugeError answers Fault.Status with an OpenAI error body of
+	kindHugeEvent
+	// kindHugeError answers Fault.Status with an OpenAI error body of
 	// Fault.Size bytes whose message fills it, generated as it is sent.
-	KindHugeError
+	kindHugeError
 )
 
 // String returns the kind's name.
-func (k Kind) String() string {
+func (k kind) String() string {
 	switch k {
-	case KindOK:
+	case kindOK:
 		return "ok"
-	case KindError:
+	case kindError:
 		return "error"
-	case KindStreamReset:
+	case kindStreamReset:
 		return "reset"
-	case KindStreamEOF:
+	case kindStreamEOF:
 		return "eof"
-	case KindHang:
+	case kindHang:
 		return "hang"
-	case KindMalformed:
+	case kindMalformed:
 		return "malformed"
-	case KindBadJSON:
+	case kindBadJSON:
 		return "bad-json"
-	case KindRawError:
+	case kindRawError:
 		return "raw-error"
-	case KindErrorEvent:
+	case kindErrorEvent:
 		return "error-event"
-	case KindHugeEvent:
+	case kindHugeEvent:
 		return "huge-event"
-	case KindHugeError:
+	case kindHugeError:
 		return "huge-error"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
@@ -92,11 +94,12 @@ func (k Kind) String() string {
 // Fault describes what the server does with one request. The zero value is a
 // success with [DefaultReply].
 type Fault struct {
-	// Kind selects the behaviour.
-	Kind Kind
-	// Reply is the text of a success and of the chunks that KindStreamReset,
-	// KindStreamEOF and KindMalformed send. Empty means DefaultReply when
-	// there are no ToolCalls, and no text at all when there are.
+	// kind selects the behaviour, as the constructor that made the fault
+	// set it; the zero kind is a success.
+	kind kind
+	// Reply is the text of a success and of the chunks that StreamReset,
+	// StreamEOF and Malformed send. Empty means DefaultReply when there are
+	// no ToolCalls, and no text at all when there are.
 	Reply string
 	// ToolCalls are the tool calls of the answer, sent after its text with
 	// finish_reason "tool_calls". An empty ID is sent as call_N_I, where N is
@@ -104,31 +107,31 @@ type Fault struct {
 	// empty Arguments as "{}". A stream sends each call as a chunk with its
 	// ID, type and name, then its arguments in up to three pieces.
 	ToolCalls []ToolCall
-	// Status, Code, Type and Message make the error answer of KindError and
-	// KindHugeError, and the error event of KindErrorEvent. An empty Code is
-	// sent as null; a zero Status is sent as 500.
+	// Status, Code, Type and Message make the error answer of Status (and
+	// the constructors built on it) and of HugeError, and the error event of
+	// ErrorEvent. An empty Code is sent as null; a zero Status is sent as
+	// 500.
 	Status  int
 	Code    string
 	Type    string
 	Message string
-	// Body is the raw body of KindRawError and, when set, the raw data of
-	// KindErrorEvent's event.
+	// Body is the raw body of StringError's answer and, when set, the raw
+	// data of ErrorEvent's event.
 	Body string
-	// Event is the event name that KindErrorEvent sends before its data,
-	// such as "error"; empty sends no "event:" line.
+	// Event is the event name that ErrorEvent sends before its data, such
+	// as "error"; empty sends no "event:" line.
 	Event string
-	// Size is the size in bytes of KindHugeEvent's event and of
-	// KindHugeError's body.
+	// Size is the size in bytes of HugeEvent's event and of HugeError's
+	// body.
 	Size int64
-	// LineBytes is the size in bytes of each "data:" line of KindHugeEvent,
+	// LineBytes is the size in bytes of each "data:" line of HugeEvent,
 	// its "data: " prefix and newline included; 0 sends the event as one
 	// line without a newline.
 	LineBytes int
 	// Header holds extra headers for the answer, such as Retry-After.
 	Header http.Header
-	// Chunks is how many chunks of the answer KindStreamReset,
-	// KindStreamEOF and KindErrorEvent send before the stream is cut or the
-	// error event is sent (at most as many as the answer has): the content
+	// Chunks is how many chunks of the answer StreamReset, StreamEOF and
+	// ErrorEvent send before the stream is cut or the error event is sent (at most as many as the answer has): the content
 	// chunks first, then the tool-call chunks.
 	Chunks int
 	// Delay is how long the server waits before answering, multiplied by
@@ -150,7 +153,7 @@ func CallTools(calls ...ToolCall) Fault { return Fault{ToolCalls: slices.Clone(c
 // Status returns an error answer with the given HTTP status and OpenAI error
 // code, type and message.
 func Status(status int, code, typ, message string) Fault {
-	return Fault{Kind: KindError, Status: status, Code: code, Type: typ, Message: message}
+	return Fault{kind: kindError, Status: status, Code: code, Type: typ, Message: message}
 }
 
 // RateLimited returns a 429 rate_limit_exceeded answer whose Retry-After
@@ -187,11 +190,6 @@ func ServerError(status int) Fault {
 	return Status(status, "server_error", "server_error", msg)
 }
 
-// Overloaded returns a 529 overloaded_error answer.
-func Overloaded() Fault {
-	return Status(529, "overloaded_error", "overloaded_error", "Overloaded")
-}
-
 // InvalidAPIKey returns a 401 invalid_api_key answer naming a masked key.
 func InvalidAPIKey() Fault {
 	return Status(http.StatusUnauthorized, "invalid_api_key", "invalid_request_error",
@@ -220,40 +218,32 @@ func InvalidImage() Fault {
 // StreamReset returns a fault that sends 200, the headers and afterChunks
 // content chunks, then resets the TCP connection. A request with stream=false
 // gets the first half of its JSON body instead of chunks.
-func StreamReset(afterChunks int) Fault { return Fault{Kind: KindStreamReset, Chunks: afterChunks} }
+func StreamReset(afterChunks int) Fault { return Fault{kind: kindStreamReset, Chunks: afterChunks} }
 
 // StreamEOF returns a fault that sends 200, the headers and afterChunks
 // content chunks, then ends the body cleanly without a finish chunk or
 // [DONE]. A request with stream=false gets the first half of its JSON body.
-func StreamEOF(afterChunks int) Fault { return Fault{Kind: KindStreamEOF, Chunks: afterChunks} }
-
-// Slow returns a success whose first byte is sent after d (times the
-// server's time scale), or never if the request's context ends first.
-func Slow(d time.Duration) Fault { return Fault{Delay: d} }
+func StreamEOF(afterChunks int) Fault { return Fault{kind: kindStreamEOF, Chunks: afterChunks} }
 
 // Hang returns a fault that never answers.
-func Hang() Fault { return Fault{Kind: KindHang} }
+func Hang() Fault { return Fault{kind: kindHang} }
 
 // Malformed returns a 200 event stream whose second event's data is not
 // valid JSON, followed by [DONE]. A request with stream=false gets a
 // truncated JSON body.
-func Malformed() Fault { return Fault{Kind: KindMalformed} }
+func Malformed() Fault { return Fault{kind: kindMalformed} }
 
 // BadJSON returns a 200 with Content-Type application/json and an HTML body,
 // whether or not the request asked for a stream.
-func BadJSON() Fault { return Fault{Kind: KindBadJSON} }
-
-// RawError returns an error answer with the given status and body, sent as
-// it is with Content-Type application/json.
-func RawError(status int, body string) Fault {
-	return Fault{Kind: KindRawError, Status: status, Body: body}
-}
+func BadJSON() Fault { return Fault{kind: kindBadJSON} }
 
 // StringError returns an error answer whose error is a string, not an
-// object: {"error": text}, as some gateways send.
+// object: {"error": text}, as some gateways send, with Content-Type
+// application/json. [Fault.WithBody] replaces the body with one of any
+// shape, sent as it is.
 func StringError(status int, text string) Fault {
 	b, _ := json.Marshal(map[string]string{"error": text})
-	return RawError(status, string(b))
+	return Fault{kind: kindRawError, Status: status, Body: string(b)}
 }
 
 // ErrorEvent returns a 200 event stream that sends afterChunks content
@@ -263,7 +253,7 @@ func StringError(status int, text string) Fault {
 // request with stream=false gets the error answer with Fault.Status instead
 // (500 when it is zero).
 func ErrorEvent(afterChunks int, code, typ, message string) Fault {
-	return Fault{Kind: KindErrorEvent, Chunks: afterChunks, Code: code, Type: typ, Message: message}
+	return Fault{kind: kindErrorEvent, Chunks: afterChunks, Code: code, Type: typ, Message: message}
 }
 
 // HugeEvent returns a 200 event stream whose one event is size bytes of
@@ -271,13 +261,13 @@ func ErrorEvent(afterChunks int, code, typ, message string) Fault {
 // never ends with a blank line: a broken gateway, or an attack on the
 // client's memory.
 func HugeEvent(size int64, lineBytes int) Fault {
-	return Fault{Kind: KindHugeEvent, Size: size, LineBytes: lineBytes}
+	return Fault{kind: kindHugeEvent, Size: size, LineBytes: lineBytes}
 }
 
 // HugeError returns an error answer with the given status whose OpenAI error
 // body is size bytes, most of them its message.
 func HugeError(status int, size int64) Fault {
-	return Fault{Kind: KindHugeError, Status: status, Code: "server_error", Type: "server_error", Size: size}
+	return Fault{kind: kindHugeError, Status: status, Code: "server_error", Type: "server_error", Size: size}
 }
 
 // WithEvent returns f with the event name its error event is sent with.
@@ -293,7 +283,9 @@ func (f Fault) WithBody(body string) Fault {
 	return f
 }
 
-// WithDelay returns f waiting d before it answers.
+// WithDelay returns f waiting d (times the server's time scale) before it
+// answers, or never if the request's context ends first: OK().WithDelay(d)
+// is a slow success.
 func (f Fault) WithDelay(d time.Duration) Fault {
 	f.Delay = d
 	return f
@@ -317,29 +309,29 @@ func (f Fault) WithToolCalls(calls ...ToolCall) Fault {
 // "reset after 2 chunks" or "tool calls: search_docs".
 func (f Fault) String() string {
 	var s string
-	switch f.Kind {
-	case KindOK:
-		s = f.Kind.String()
+	switch f.kind {
+	case kindOK:
+		s = f.kind.String()
 		if len(f.ToolCalls) > 0 {
 			s = "tool calls: " + f.toolNames()
 		}
-	case KindError, KindRawError:
+	case kindError, kindRawError:
 		s = strconv.Itoa(f.status())
 		if f.Code != "" {
 			s += " " + f.Code
 		}
-	case KindHugeError:
+	case kindHugeError:
 		s = fmt.Sprintf("%d with a body of %d bytes", f.status(), f.Size)
-	case KindHugeEvent:
+	case kindHugeEvent:
 		s = fmt.Sprintf("an event of %d bytes", f.Size)
-	case KindErrorEvent:
+	case kindErrorEvent:
 		s = fmt.Sprintf("error event %s after %d chunks", cmp.Or(f.Code, f.Type), f.Chunks)
-	case KindStreamReset, KindStreamEOF:
-		s = fmt.Sprintf("%s after %d chunks", f.Kind, f.Chunks)
+	case kindStreamReset, kindStreamEOF:
+		s = fmt.Sprintf("%s after %d chunks", f.kind, f.Chunks)
 	default:
-		s = f.Kind.String()
+		s = f.kind.String()
 	}
-	if f.Kind != KindOK && f.answers() && len(f.ToolCalls) > 0 {
+	if f.kind != kindOK && f.answers() && len(f.ToolCalls) > 0 {
 		s += " (tool calls: " + f.toolNames() + ")"
 	}
 	if f.Delay > 0 {
@@ -357,8 +349,8 @@ func (f Fault) status() int {
 
 // answers reports whether the fault sends (part of) an answer.
 func (f Fault) answers() bool {
-	switch f.Kind {
-	case KindOK, KindStreamReset, KindStreamEOF, KindMalformed, KindErrorEvent:
+	switch f.kind {
+	case kindOK, kindStreamReset, kindStreamEOF, kindMalformed, kindErrorEvent:
 		return true
 	}
 	return false

@@ -266,7 +266,7 @@ func TestErrorFaults(t *testing.T) {
 		{"500", retracetest.ServerError(500), 500, "server_error", "server_error", "The server had an error while processing your request.", "", ""},
 		{"502", retracetest.ServerError(502), 502, "server_error", "server_error", "Bad gateway", "", ""},
 		{"503", retracetest.ServerError(503), 503, "server_error", "server_error", "Service unavailable", "", ""},
-		{"529", retracetest.Overloaded(), 529, "overloaded_error", "overloaded_error", "Overloaded", "", ""},
+		{"529", retracetest.Status(529, "overloaded_error", "overloaded_error", "Overloaded"), 529, "overloaded_error", "overloaded_error", "Overloaded", "", ""},
 		{"invalid api key", retracetest.InvalidAPIKey(), 401, "invalid_api_key", "invalid_request_error",
 			"Incorrect API key provided: sk-test***...***abcd. You can find your API key at https://platform.openai.com/account/api-keys.", "", ""},
 		{"context overflow", retracetest.ContextOverflow(), 400, "context_length_exceeded", "invalid_request_error",
@@ -388,7 +388,7 @@ func TestHangEndsWhenClientCancels(t *testing.T) {
 }
 
 func TestCloseEndsHangingAndSlowRequests(t *testing.T) {
-	script, arrived := arrivals(retracetest.Sequence(retracetest.Hang(), retracetest.Slow(time.Hour)))
+	script, arrived := arrivals(retracetest.Sequence(retracetest.Hang(), retracetest.OK().WithDelay(time.Hour)))
 	srv, c := start(t, script)
 	done := make(chan error, 2)
 	for range 2 {
@@ -402,7 +402,7 @@ func TestCloseEndsHangingAndSlowRequests(t *testing.T) {
 }
 
 func TestSlow(t *testing.T) {
-	script, arrived := arrivals(retracetest.Sequence(retracetest.Slow(time.Hour), retracetest.Slow(time.Hour).WithReply("late")))
+	script, arrived := arrivals(retracetest.Sequence(retracetest.OK().WithDelay(time.Hour), retracetest.Reply("late").WithDelay(time.Hour)))
 	srv, c := start(t, script)
 
 	// A client timeout ends the wait.
@@ -543,7 +543,7 @@ func TestSequenceRepeatsItsLastFault(t *testing.T) {
 	assert.Equal(t, 5, srv.Requests())
 
 	// The last fault repeats even when it is a failure.
-	srv.SetScript(retracetest.Sequence(retracetest.OK(), retracetest.Overloaded()))
+	srv.SetScript(retracetest.Sequence(retracetest.OK(), retracetest.AnthropicOverloaded()))
 	srv.Reset()
 	statuses = nil
 	for range 4 {
@@ -557,8 +557,8 @@ func TestSequenceRepeatsItsLastFault(t *testing.T) {
 func TestScripts(t *testing.T) {
 	var req retracetest.Request
 	assert.Equal(t, retracetest.OK(), retracetest.Sequence()(3, req))
-	five := retracetest.Sequence(retracetest.Overloaded(), retracetest.Hang())
-	assert.Equal(t, retracetest.Overloaded(), five(0, req))
+	five := retracetest.Sequence(retracetest.AnthropicOverloaded(), retracetest.Hang())
+	assert.Equal(t, retracetest.AnthropicOverloaded(), five(0, req))
 	assert.Equal(t, retracetest.Hang(), five(1, req))
 	assert.Equal(t, retracetest.Hang(), five(9, req))
 
@@ -569,7 +569,7 @@ func TestScripts(t *testing.T) {
 
 	assert.Equal(t, "429 rate_limit_exceeded", retracetest.RateLimited(time.Second).String())
 	assert.Equal(t, "reset after 2 chunks", retracetest.StreamReset(2).String())
-	assert.Equal(t, "ok after 5s", retracetest.Slow(5*time.Second).String())
+	assert.Equal(t, "ok after 5s", retracetest.OK().WithDelay(5*time.Second).String())
 }
 
 func TestReplyChunks(t *testing.T) {

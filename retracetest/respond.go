@@ -125,25 +125,25 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 	}
 	st := stream{w: w, rc: http.NewResponseController(w), req: req, id: fmt.Sprintf("chatcmpl-%d", req.Index), created: time.Now().Unix()}
 	a := answer{text: f.text(), calls: f.toolCalls(req.Index)}
-	switch f.Kind {
-	case KindError:
+	switch f.kind {
+	case kindError:
 		writeError(w, f.status(), f)
-	case KindHang:
+	case kindHang:
 		<-r.Context().Done()
 		panic(http.ErrAbortHandler)
-	case KindBadJSON:
+	case kindBadJSON:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte("<html>gateway error</html>\n"))
-	case KindRawError:
+	case kindRawError:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(f.status())
 		_, _ = w.Write([]byte(f.Body))
-	case KindHugeError:
+	case kindHugeError:
 		writeHugeError(r.Context(), w, f)
-	case KindHugeEvent:
+	case kindHugeEvent:
 		st.begin()
 		st.hugeEvent(r.Context(), f.Size, f.LineBytes)
-	case KindErrorEvent:
+	case kindErrorEvent:
 		if !req.Stream {
 			writeError(w, f.status(), f)
 			return
@@ -155,7 +155,7 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 			}
 		}
 		_ = st.errorEvent(f)
-	case KindMalformed:
+	case kindMalformed:
 		if !req.Stream {
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = fmt.Fprintf(w, `{"id": %q, "object": "chat.completion", "choices": [`, st.id)
@@ -166,7 +166,7 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 			return
 		}
 		_ = st.raw("[DONE]")
-	case KindStreamReset, KindStreamEOF:
+	case kindStreamReset, kindStreamEOF:
 		if req.Stream {
 			st.begin()
 			for i, d := range a.deltas() {
@@ -180,7 +180,7 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 			_, _ = w.Write(b[:len(b)/2])
 			_ = st.rc.Flush()
 		}
-		if f.Kind == KindStreamReset {
+		if f.kind == kindStreamReset {
 			reset(st.rc)
 		}
 	default:

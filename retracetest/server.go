@@ -135,7 +135,7 @@ func (s *Server) SetScript(script Script) {
 	s.script = script
 }
 
-// SetTimeScale multiplies every Delay and Slow wait by scale, so that 0.001
+// SetTimeScale multiplies every fault's Delay by scale, so that 0.001
 // turns a 10 s wait into 10 ms; a scale that is not positive means 1.
 // Retry-After headers are not scaled.
 func (s *Server) SetTimeScale(scale float64) {

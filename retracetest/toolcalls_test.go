@@ -272,7 +272,7 @@ func TestToolFaultStrings(t *testing.T) {
 	calls[0].Name = "changed"
 	assert.Equal(t, "search_docs", f.ToolCalls[0].Name)
 	assert.Equal(t, "search_docs", g.ToolCalls[0].Name)
-	assert.Equal(t, retracetest.KindOK, f.Kind)
+	assert.Equal(t, retracetest.OK().WithToolCalls(a), f, "a success")
 	assert.Empty(t, f.Reply)
 }
 

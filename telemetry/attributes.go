@@ -73,19 +73,9 @@ const (
 	EventCompacted = "retrace.session.compacted"
 )
 
-// Version is retrace's version, the instrumentation scope's version on
-// every span and instrument it makes.
-const Version = "0.5.0"
-
-// SchemaURL is the OpenTelemetry semantic conventions' schema that
-// retrace's standard names (gen_ai.*, http.*, server.*, error.type) follow.
-// 1.41.0 is the last release with the GenAI conventions in the main
-// repository; they match the names here.
-const SchemaURL = "https://opentelemetry.io/schemas/1.41.0"
-
 // OpenTelemetry semantic-convention keys retrace sets, taken from the
-// conventions' own package (the release SchemaURL names), so that a key
-// here is the convention's, letter for letter.
+// conventions' own package (the release whose schema retrace's spans and
+// metrics name), so that a key here is the convention's, letter for letter.
 const (
 	ErrorType = semconv.ErrorTypeKey // failed span: the error's low-cardinality type: the provider's code, the HTTP status or the Go type
 

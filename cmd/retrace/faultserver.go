@@ -101,7 +101,8 @@ func fault(name string, retryAfter, slow time.Duration) (retracetest.Fault, erro
 		_, _ = fmt.Sscan(name, &status)
 		return retracetest.ServerError(status), nil
 	case "529":
-		return retracetest.Overloaded(), nil
+		// The overload as Anthropic names it, in OpenAI's body with its code.
+		return retracetest.Status(529, "overloaded_error", "overloaded_error", "Overloaded"), nil
 	case "reset":
 		return retracetest.StreamReset(2), nil
 	case "eof":
@@ -123,7 +124,7 @@ func fault(name string, retryAfter, slow time.Duration) (retracetest.Fault, erro
 	case "huge-error":
 		return retracetest.HugeError(500, 100<<20), nil
 	case "slow":
-		return retracetest.Slow(slow), nil
+		return retracetest.OK().WithDelay(slow), nil
 	case "hang":
 		return retracetest.Hang(), nil
 	case "malformed":

@@ -16,7 +16,6 @@ import (
 
 	"github.com/retrace-go/retrace/internal/errchain"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // MetaKeyError is the params._meta key of a failed tool result under which
@@ -38,7 +37,7 @@ type ToolFailure struct {
 func (e *ToolFailure) Error() string { return e.Text }
 
 // ErrorType is the conventions' error.type of a tool's failed answer.
-func (e *ToolFailure) ErrorType() string { return telemetry.ErrorTypeToolError }
+func (e *ToolFailure) ErrorType() string { return errorTypeToolError }
 
 // RPCError is a request the server answered with a JSON-RPC error, or a
 // tool's failed result that words one ("MCP error -32602: Tool x not
@@ -291,7 +290,7 @@ func failureOf(tool string, r *mcp.CallToolResult) error {
 		// The TypeScript SDK answers the request's own errors (an unknown
 		// tool) as a failed result in the words of its JSON-RPC error: they
 		// mean what the error would.
-		return rpcError(telemetry.MCPMethodToolsCall, &jsonrpc.Error{Code: code, Message: msg}, f)
+		return rpcError(methodToolsCall, &jsonrpc.Error{Code: code, Message: msg}, f)
 	}
 	return f
 }
@@ -352,7 +351,7 @@ func metaClass(meta mcp.Meta) (policies.Classification, bool) {
 	default:
 		return policies.Classification{}, false
 	}
-	typ := telemetry.ErrorTypeToolError
+	typ := errorTypeToolError
 	if t := safeType(w.Type); t != "" {
 		typ = t
 	}
@@ -415,7 +414,7 @@ func rpcError(method string, w *jsonrpc.Error, err error) error {
 		// model can change (Permanent). Any other method's params are
 		// retrace's.
 		class = policies.Programming
-		if method == telemetry.MCPMethodToolsCall && !unknownTool(w.Message) {
+		if method == methodToolsCall && !unknownTool(w.Message) {
 			class = policies.Permanent
 		}
 	case mcp.CodeURLElicitationRequired:

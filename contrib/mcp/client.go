@@ -132,7 +132,7 @@ func (c *Client) Middleware() mcp.Middleware {
 			ctx = policies.WithSecrets(ctx, c.cfg.Secrets...)
 			r := &request{method: method, req: req, next: next}
 			c.watchSession(method, req)
-			if method == telemetry.MCPMethodToolsCall && !c.cfg.TraceOnly && !inToolLayer(ctx) {
+			if method == methodToolsCall && !c.cfg.TraceOnly && !inToolLayer(ctx) {
 				return c.govern(ctx, r)
 			}
 			res, err := c.send(ctx, r)
@@ -208,11 +208,11 @@ func (c *Client) send(ctx context.Context, r *request) (mcp.Result, error) {
 	var kv []attribute.KeyValue
 	if cs, ok := r.req.GetSession().(*mcp.ClientSession); ok && cs != nil {
 		if id := cs.ID(); id != "" {
-			kv = append(kv, telemetry.MCPSessionID.String(id))
+			kv = append(kv, keySessionID.String(id))
 		}
 	}
 	if v := protocolVersion(r.req); v != "" {
-		kv = append(kv, telemetry.MCPProtocolVersion.String(v))
+		kv = append(kv, keyProtocolVersion.String(v))
 	}
 	if len(kv) > 0 {
 		ctx = middleware.WithCallAttributes(ctx, kv...)
@@ -230,12 +230,12 @@ func (c *Client) layer(method, tool string) middleware.Handler[*request, mcp.Res
 		return h
 	}
 	name := method
-	kv := []attribute.KeyValue{telemetry.MCPMethodName.String(method)}
+	kv := []attribute.KeyValue{keyMethodName.String(method)}
 	if tool != "" {
 		name += " " + tool
 		kv = append(kv, telemetry.GenAIToolName.String(tool))
 	}
-	if method == telemetry.MCPMethodToolsCall {
+	if method == methodToolsCall {
 		kv = append(kv, telemetry.GenAIOperation.String("execute_tool"))
 	}
 	opts := append(append([]middleware.Option{}, c.cfg.Options...),
@@ -249,7 +249,7 @@ func (c *Client) layer(method, tool string) middleware.Handler[*request, mcp.Res
 	case strings.HasPrefix(method, "notifications/"):
 		opts = append(opts, middleware.WithUncounted(telemetry.UncountedNotification))
 	}
-	h := middleware.Layer[*request, mcp.Result](telemetry.LayerMCP, opts...)(c.exchange)
+	h := middleware.Layer[*request, mcp.Result](layerMCP, opts...)(c.exchange)
 	c.layers[k] = h
 	return h
 }
@@ -268,7 +268,7 @@ func (c *Client) exchange(ctx context.Context, r *request) (mcp.Result, error) {
 	res, err := r.next(sctx, r.method, r.req)
 	err = redact(classify(ctx, r, res, err, n), c.cfg.Secrets)
 	if e, ok := errors.AsType[*RPCError](err); ok && n.span.IsRecording() {
-		n.span.SetAttributes(telemetry.RPCResponseStatusCode.String(e.ErrorType()))
+		n.span.SetAttributes(keyRPCStatusCode.String(e.ErrorType()))
 	}
 	if err != nil && r.method == methodDiscover && declinedDiscovery(err, n) {
 		r.declined, err = err, nil

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -16,7 +17,7 @@ import (
 // scope is the instrumentation scope of contrib/mcp's spans and metrics.
 const scope = "github.com/retrace-go/retrace/contrib/mcp"
 
-var meterOpts = []metric.MeterOption{metric.WithInstrumentationVersion(telemetry.Version), metric.WithSchemaURL(telemetry.SchemaURL)}
+var meterOpts = []metric.MeterOption{metric.WithInstrumentationVersion(instrument.Version), metric.WithSchemaURL(instrument.SchemaURL)}
 
 // clientMetrics are the client's MCP metrics; an instrument the meter
 // refuses stays nil, and metrics never fail a call.
@@ -28,12 +29,12 @@ type clientMetrics struct {
 func newClientMetrics(mp metric.MeterProvider) *clientMetrics {
 	m := mp.Meter(scope, meterOpts...)
 	cm := &clientMetrics{}
-	cm.ops, _ = m.Float64Histogram(telemetry.MetricMCPClientOperationDuration, metric.WithUnit(telemetry.UnitSeconds),
+	cm.ops, _ = m.Float64Histogram(metricClientOperationDuration, metric.WithUnit(instrument.UnitSeconds),
 		metric.WithDescription("The duration of an MCP request as the client sent it, until its answer."),
-		metric.WithExplicitBucketBoundaries(telemetry.MCPDurationBuckets()...))
-	cm.sessions, _ = m.Float64Histogram(telemetry.MetricMCPClientSessionDuration, metric.WithUnit(telemetry.UnitSeconds),
+		metric.WithExplicitBucketBoundaries(durationBuckets()...))
+	cm.sessions, _ = m.Float64Histogram(metricClientSessionDuration, metric.WithUnit(instrument.UnitSeconds),
 		metric.WithDescription("The duration of an MCP client session."),
-		metric.WithExplicitBucketBoundaries(telemetry.MCPDurationBuckets()...))
+		metric.WithExplicitBucketBoundaries(durationBuckets()...))
 	return cm
 }
 
@@ -54,7 +55,7 @@ func (m *clientMetrics) session(d time.Duration, cs *mcp.ClientSession, err erro
 	}
 	var kv []attribute.KeyValue
 	if init := cs.InitializeResult(); init != nil && init.ProtocolVersion != "" {
-		kv = append(kv, telemetry.MCPProtocolVersion.String(init.ProtocolVersion))
+		kv = append(kv, keyProtocolVersion.String(init.ProtocolVersion))
 	}
 	if err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
 		kv = append(kv, telemetry.ErrorType.String(metricErrorType(policies.Classify(err).Type)))
@@ -65,15 +66,15 @@ func (m *clientMetrics) session(d time.Duration, cs *mcp.ClientSession, err erro
 // requestAttributes are a request's attributes that a metric carries: the
 // method, the tool, the protocol version.
 func requestAttributes(method string, req mcp.Request) []attribute.KeyValue {
-	kv := []attribute.KeyValue{telemetry.MCPMethodName.String(method)}
-	if method == telemetry.MCPMethodToolsCall {
+	kv := []attribute.KeyValue{keyMethodName.String(method)}
+	if method == methodToolsCall {
 		kv = append(kv, telemetry.GenAIOperation.String("execute_tool"))
 		if t := toolName(req); t != "" {
 			kv = append(kv, telemetry.GenAIToolName.String(t))
 		}
 	}
 	if v := protocolVersion(req); v != "" {
-		kv = append(kv, telemetry.MCPProtocolVersion.String(v))
+		kv = append(kv, keyProtocolVersion.String(v))
 	}
 	return kv
 }
@@ -86,17 +87,17 @@ func errorAttributes(err error) []attribute.KeyValue {
 	}
 	kv := []attribute.KeyValue{telemetry.ErrorType.String(metricErrorType(policies.Classify(err).Type))}
 	if e, ok := errors.AsType[*RPCError](err); ok {
-		kv = append(kv, telemetry.RPCResponseStatusCode.String(e.ErrorType()))
+		kv = append(kv, keyRPCStatusCode.String(e.ErrorType()))
 	}
 	return kv
 }
 
 // mcpErrorTypes are the error types of MCP a metric keeps as they are,
-// besides retrace's own (telemetry.MetricErrorType): a metric stream per
+// besides retrace's own (instrument.MetricErrorType): a metric stream per
 // code an implementation invents would grow without bound.
 var mcpErrorTypes = map[string]bool{
-	telemetry.ErrorTypeToolError: true,
-	"-32700":                     true, "-32600": true, "-32601": true, "-32602": true, "-32603": true,
+	errorTypeToolError: true,
+	"-32700":           true, "-32600": true, "-32601": true, "-32602": true, "-32603": true,
 	"-32002": true, "-32020": true, "-32021": true, "-32022": true, "-32042": true,
 }
 
@@ -104,7 +105,7 @@ func metricErrorType(t string) string {
 	if mcpErrorTypes[t] {
 		return t
 	}
-	return telemetry.MetricErrorType(t)
+	return instrument.MetricErrorType(t)
 }
 
 // protocolVersion is the protocol version of a request's session, "" before

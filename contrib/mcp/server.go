@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -53,10 +54,10 @@ func ServerMiddleware(cfg ServerConfig) mcp.Middleware {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	ops, _ := mp.Meter(scope, meterOpts...).Float64Histogram(telemetry.MetricMCPServerOperationDuration,
-		metric.WithUnit(telemetry.UnitSeconds),
+	ops, _ := mp.Meter(scope, meterOpts...).Float64Histogram(metricServerOperationDuration,
+		metric.WithUnit(instrument.UnitSeconds),
 		metric.WithDescription("The duration of an MCP request as the server handled it."),
-		metric.WithExplicitBucketBoundaries(telemetry.MCPDurationBuckets()...))
+		metric.WithExplicitBucketBoundaries(durationBuckets()...))
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			start := time.Now()
@@ -75,7 +76,7 @@ func ServerMiddleware(cfg ServerConfig) mcp.Middleware {
 			if t := toolName(req); t != "" {
 				name += " " + t
 			}
-			ctx, span := tp.Tracer(scope, trace.WithInstrumentationVersion(telemetry.Version), trace.WithSchemaURL(telemetry.SchemaURL)).
+			ctx, span := tp.Tracer(scope, trace.WithInstrumentationVersion(instrument.Version), trace.WithSchemaURL(instrument.SchemaURL)).
 				Start(parent, name, opts...)
 			defer span.End()
 			ctx = policies.WithSecrets(ctx, cfg.Secrets...)
@@ -87,13 +88,13 @@ func ServerMiddleware(cfg ServerConfig) mcp.Middleware {
 				typ, msg := errorTypeOf(err), policies.Redact(err.Error(), cfg.Secrets...)
 				failed = append(failed, telemetry.ErrorType.String(typ))
 				if _, ok := errors.AsType[*jsonrpc.Error](err); ok {
-					failed = append(failed, telemetry.RPCResponseStatusCode.String(typ))
+					failed = append(failed, keyRPCStatusCode.String(typ))
 				}
 				span.SetStatus(codes.Error, msg)
 			case isToolError(res):
 				r := redacted(res.(*mcp.CallToolResult), cfg.Secrets)
 				res = r
-				typ := telemetry.ErrorTypeToolError
+				typ := errorTypeToolError
 				if c, ok := metaClass(r.Meta); ok {
 					typ = c.Type
 				}
@@ -123,13 +124,13 @@ func serverAttributes(req mcp.Request) []attribute.KeyValue {
 	var kv []attribute.KeyValue
 	if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss != nil {
 		if id := ss.ID(); id != "" {
-			kv = append(kv, telemetry.MCPSessionID.String(id))
+			kv = append(kv, keySessionID.String(id))
 		}
 	}
 	if extra := req.GetExtra(); extra != nil && extra.Header != nil {
-		kv = append(kv, telemetry.NetworkTransport.String(telemetry.NetworkTransportTCP), telemetry.NetworkProtocolName.String("http"))
+		kv = append(kv, keyNetworkTransport.String(transportTCP), keyNetworkProtocolName.String("http"))
 	} else {
-		kv = append(kv, telemetry.NetworkTransport.String(telemetry.NetworkTransportPipe))
+		kv = append(kv, keyNetworkTransport.String(transportPipe))
 	}
 	return kv
 }

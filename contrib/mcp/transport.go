@@ -55,7 +55,7 @@ func (c *Client) Transport(t mcp.Transport) mcp.Transport {
 	case *pipeTransport:
 		return t // wrapped already
 	case *mcp.CommandTransport, *mcp.StdioTransport, *mcp.IOTransport, *mcp.InMemoryTransport:
-		return &pipeTransport{inner: t, kv: []attribute.KeyValue{telemetry.NetworkTransport.String(telemetry.NetworkTransportPipe)}}
+		return &pipeTransport{inner: t, kv: []attribute.KeyValue{keyNetworkTransport.String(transportPipe)}}
 	case nil:
 		return nil
 	}
@@ -111,7 +111,7 @@ func (n *note) sent(id string, kv []attribute.KeyValue) {
 		return
 	}
 	if id != "" {
-		n.span.SetAttributes(telemetry.JSONRPCRequestID.String(id))
+		n.span.SetAttributes(keyJSONRPCRequestID.String(id))
 	}
 	n.span.SetAttributes(kv...)
 }
@@ -268,8 +268,8 @@ func observed(hc *http.Client, endpoint string, secrets []string) *http.Client {
 		base = rt.base // wrapped already
 	}
 	kv := []attribute.KeyValue{
-		telemetry.NetworkTransport.String(telemetry.NetworkTransportTCP),
-		telemetry.NetworkProtocolName.String("http"),
+		keyNetworkTransport.String(transportTCP),
+		keyNetworkProtocolName.String("http"),
 	}
 	if u, err := url.Parse(endpoint); err == nil && u.Host != "" {
 		host, port := u.Hostname(), u.Port()
@@ -346,7 +346,7 @@ func (rt *roundTripper) post(req *http.Request, n *note) (*http.Response, error)
 		if resp.ProtoMajor == 1 {
 			v += "." + strconv.Itoa(resp.ProtoMinor)
 		}
-		kv = append(kv, telemetry.NetworkProtocolVersion.String(v))
+		kv = append(kv, keyNetworkProtocolVersion.String(v))
 		switch ct := mediaType(resp.Header.Get("Content-Type")); {
 		case resp.StatusCode >= 400:
 			api := peekError(resp)

@@ -52,10 +52,15 @@ func (k keySeen) add(key, where string) {
 }
 
 // Every attribute key on every span, span event and metric data point the
-// demo's scenarios write is declared in package telemetry, and every key
-// declared there is written by some scenario (or listed above with why not).
+// demo's scenarios write is declared in package telemetry (an MCP key in
+// contrib/mcp, the adapter that writes it), and every key declared there is
+// written by some scenario (or listed above with why not).
 func TestEveryEmittedKeyIsDeclared(t *testing.T) {
-	reg, err := attrs.Load("../../telemetry")
+	core, err := attrs.Load("../../telemetry")
+	require.NoError(t, err)
+	mcp, err := attrs.Load("../../contrib/mcp")
+	require.NoError(t, err)
+	reg, err := attrs.Merge(core, mcp)
 	require.NoError(t, err)
 
 	// crash-resume's task runs in child processes, which export their spans
@@ -123,12 +128,12 @@ func TestEveryEmittedKeyIsDeclared(t *testing.T) {
 
 	for _, k := range sortedKeys(keys) {
 		if _, ok := reg.Key(k); !ok {
-			t.Errorf("%s (first on %s) is not declared in package telemetry: declare it there, with a comment", k, keys[k])
+			t.Errorf("%s (first on %s) is not declared in package telemetry (nor, for an MCP key, in contrib/mcp): declare it there, with a comment", k, keys[k])
 		}
 	}
 	for _, e := range sortedKeys(events) {
 		if _, ok := reg.Event(e); !ok {
-			t.Errorf("the event %s (first on %s) is not declared in package telemetry", e, events[e])
+			t.Errorf("the event %s (first on %s) is not declared in package telemetry (nor in contrib/mcp)", e, events[e])
 		}
 	}
 	for _, k := range reg.Keys {
@@ -136,9 +141,9 @@ func TestEveryEmittedKeyIsDeclared(t *testing.T) {
 		_, allowed := notEmittedByTheDemo[k.Name]
 		switch {
 		case !seen && !allowed:
-			t.Errorf("telemetry.%s (%s) is declared, but no scenario writes it: delete it if nothing does, or list it in notEmittedByTheDemo with the reason", k.Const, k.Name)
+			t.Errorf("%s (%s, %s) is declared, but no scenario writes it: delete it if nothing does, or list it in notEmittedByTheDemo with the reason", k.Const, k.File, k.Name)
 		case seen && allowed:
-			t.Errorf("telemetry.%s (%s) is written by the demo (%s): take it off notEmittedByTheDemo", k.Const, k.Name, keys[k.Name])
+			t.Errorf("%s (%s, %s) is written by the demo (%s): take it off notEmittedByTheDemo", k.Const, k.File, k.Name, keys[k.Name])
 		}
 	}
 	for _, e := range reg.Events {
@@ -154,7 +159,7 @@ func TestEveryEmittedKeyIsDeclared(t *testing.T) {
 	for name := range notEmittedByTheDemo {
 		_, isKey := reg.Key(name)
 		_, isEvent := reg.Event(name)
-		assert.True(t, isKey || isEvent, "notEmittedByTheDemo lists %s, which telemetry does not declare", name)
+		assert.True(t, isKey || isEvent, "notEmittedByTheDemo lists %s, which neither telemetry nor contrib/mcp declares", name)
 	}
 }
 

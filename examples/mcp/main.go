@@ -404,7 +404,7 @@ func (l *requestLog) calls(tool string) int {
 	defer l.mu.Unlock()
 	n := 0
 	for _, ev := range l.events {
-		if ev.Kind == "request" && ev.Method == telemetry.MCPMethodToolsCall && ev.Tool == tool {
+		if ev.Kind == "request" && ev.Method == "tools/call" && ev.Tool == tool {
 			n++
 		}
 	}

@@ -27,7 +27,7 @@ const semconvPrefix = "go.opentelemetry.io/otel/semconv/"
 // OpenTelemetry semantic conventions' keys that retrace sets.
 const OwnPrefix = "retrace."
 
-// Key is one attribute key package telemetry declares.
+// Key is one attribute key package telemetry (or an adapter) declares.
 type Key struct {
 	Name    string // the key as spans carry it: "retrace.layer"
 	Const   string // the Go constant: "Layer"
@@ -48,8 +48,9 @@ type Event struct {
 	Meaning string // the comment without the constant's name and a final period
 }
 
-// Registry is every key and event of the telemetry package, in a stable
-// order: files by name, then as declared.
+// Registry is every key and event of a package that declares them (the
+// telemetry package, or an adapter's), in a stable order: files by name,
+// then as declared; Merge joins the registries of several.
 type Registry struct {
 	Keys   []Key
 	Events []Event
@@ -84,12 +85,13 @@ func (r *Registry) Conventions() []Key {
 	return slices.DeleteFunc(slices.Clone(r.Keys), func(k Key) bool { return k.Own })
 }
 
-// Load parses the Go files of the telemetry package in dir (its tests
-// aside) and returns the keys and events they declare. A key is a constant
-// whose value is attribute.Key("…") (or a string constant of type
-// attribute.Key); an event is a string constant named Event…. Every key and
-// event must have a comment, since the comment is its documentation, and a
-// name may be declared once only.
+// Load parses the Go files of the package in dir (package telemetry, or an
+// adapter's; its tests aside) and returns the keys and events they declare.
+// A key is a constant whose value is attribute.Key("…") (or a string
+// constant of type attribute.Key) or a key of the conventions' package; an
+// event is a string constant named Event…. Every key and event must have a
+// comment, since the comment is its documentation, and a name may be
+// declared once only.
 func Load(dir string) (*Registry, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -140,6 +142,42 @@ func Load(dir string) (*Registry, error) {
 		return nil, fmt.Errorf("attrs: %s declares no attribute keys: is it the telemetry package?", dir)
 	}
 	return reg, nil
+}
+
+// Merge returns one registry of the keys and events of regs, in their
+// order. Package telemetry declares the core's keys; an adapter that writes
+// keys of its own declares them in its package (contrib/mcp, the MCP
+// conventions' keys), and is loaded with Load as telemetry is. A name two
+// of them declare is an error, as within one package: each key and event
+// has one declaration.
+func Merge(regs ...*Registry) (*Registry, error) {
+	out := &Registry{}
+	seen := map[string]string{} // name → where it was declared
+	var errs []error
+	for _, r := range regs {
+		for _, k := range r.Keys {
+			where := k.File + ": " + k.Const
+			if prev, dup := seen["key "+k.Name]; dup {
+				errs = append(errs, fmt.Errorf("attrs: %s declares %q, which %s declares already", where, k.Name, prev))
+				continue
+			}
+			seen["key "+k.Name] = where
+			out.Keys = append(out.Keys, k)
+		}
+		for _, ev := range r.Events {
+			where := ev.File + ": " + ev.Const
+			if prev, dup := seen["event "+ev.Name]; dup {
+				errs = append(errs, fmt.Errorf("attrs: %s declares the event %q, which %s declares already", where, ev.Name, prev))
+				continue
+			}
+			seen["event "+ev.Name] = where
+			out.Events = append(out.Events, ev)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // declared returns the keys and events one file declares.

@@ -194,3 +194,56 @@ func TestLoadTheTelemetryPackage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, reg, again, "the same order every time")
 }
+
+// Merge joins registries in their order, and a name two of them declare is
+// an error, as it is within one package.
+func TestMerge(t *testing.T) {
+	head := "package p\n\nimport \"go.opentelemetry.io/otel/attribute\"\n\n"
+	core, err := attrs.Load(writePackage(t, map[string]string{
+		"a.go": head + "const A = attribute.Key(\"retrace.a\") // span: a\n\n// EventA is added.\nconst EventA = \"retrace.e\"\n",
+	}))
+	require.NoError(t, err)
+	adapter, err := attrs.Load(writePackage(t, map[string]string{
+		"b.go": head + "const keyB = attribute.Key(\"mcp.b\") // MCP span: b\n",
+	}))
+	require.NoError(t, err)
+	reg, err := attrs.Merge(core, adapter)
+	require.NoError(t, err)
+	var names []string
+	for _, k := range reg.Keys {
+		names = append(names, k.Name)
+	}
+	assert.Equal(t, []string{"retrace.a", "mcp.b"}, names)
+	_, ok := reg.Event("retrace.e")
+	assert.True(t, ok)
+
+	again, err := attrs.Load(writePackage(t, map[string]string{
+		"c.go": head + "const C = attribute.Key(\"retrace.a\") // span: a again\n\n// EventC is added.\nconst EventC = \"retrace.e\"\n",
+	}))
+	require.NoError(t, err)
+	_, err = attrs.Merge(core, again)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `c.go: C declares "retrace.a", which a.go: A declares already`)
+	assert.Contains(t, err.Error(), `the event "retrace.e"`)
+}
+
+// contrib/mcp declares the MCP conventions' keys it sets, unexported, with
+// their comments; none is one telemetry declares.
+func TestLoadContribMCP(t *testing.T) {
+	core, err := attrs.Load("../../telemetry")
+	require.NoError(t, err)
+	mcp, err := attrs.Load("../../contrib/mcp")
+	require.NoError(t, err)
+	reg, err := attrs.Merge(core, mcp)
+	require.NoError(t, err)
+	k, ok := reg.Key("mcp.method.name")
+	require.True(t, ok)
+	assert.False(t, k.Own)
+	assert.Equal(t, "MCP client and server spans", k.On)
+	_, ok = core.Key("mcp.method.name")
+	assert.False(t, ok, "the MCP keys are contrib/mcp's, not the core's")
+	for _, k := range mcp.Keys {
+		assert.NotEmpty(t, k.Meaning, k.Name)
+	}
+	assert.Empty(t, mcp.Events)
+}

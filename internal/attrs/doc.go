@@ -1,6 +1,7 @@
 // Package attrs reads the registry of the attribute keys and span events
-// retrace writes from the source of package telemetry, where each is
-// declared once:
+// retrace writes from the source of package telemetry, and of an adapter
+// that writes keys of its own (contrib/mcp declares the MCP conventions'
+// keys, which only it writes), where each is declared once:
 //
 //	Layer = attribute.Key("retrace.layer") // layer span: runtime, session, …
 //	// EventCompacted is added when a session compacts its history.
@@ -12,6 +13,8 @@
 // (internal/cmd/attrtable), and the demo's tests check every key a trace
 // carries against them.
 //
-//	reg, err := attrs.Load("telemetry")
+//	core, err := attrs.Load("telemetry")
+//	mcp, err := attrs.Load("contrib/mcp")
+//	reg, err := attrs.Merge(core, mcp)
 //	k, ok := reg.Key("retrace.outcome")
 package attrs

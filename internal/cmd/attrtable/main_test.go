@@ -73,6 +73,36 @@ func TestWritesTheTablesBetweenTheMarkers(t *testing.T) {
 	assert.Equal(t, string(got), string(again), "generating twice changes nothing")
 }
 
+// contrib/mcp beside the README declares the MCP keys, which get a table of
+// their own after the conventions'; a key it declares that telemetry
+// declares too fails the command.
+func TestWritesContribMCPsTable(t *testing.T) {
+	withMCP := func(src string) string {
+		path := checkout(t, before+after)
+		dir := filepath.Join(filepath.Dir(path), "contrib", "mcp")
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "conventions.go"), []byte(src), 0o644))
+		return path
+	}
+	path := withMCP("package retracemcp\n\nimport \"go.opentelemetry.io/otel/attribute\"\n\n" +
+		"const keyMethodName = attribute.Key(\"mcp.method.name\") // MCP client and server spans: the request's method\n")
+	code, stdout, stderr := runCmd("-readme", path)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "wrote 3 keys and 1 events")
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	mcpTable := "\nThe keys of the OpenTelemetry conventions for MCP that contrib/mcp sets:\n\n| attribute | on | meaning |\n|---|---|---|\n" +
+		"| `mcp.method.name` | MCP client and server spans | the request's method |\n"
+	want := strings.Replace(wantTables, "\nSpan events:", mcpTable+"\nSpan events:", 1)
+	assert.Equal(t, before+want+after, string(got))
+
+	path = withMCP("package retracemcp\n\nimport \"go.opentelemetry.io/otel/attribute\"\n\n" +
+		"const keyErrorType = attribute.Key(\"error.type\") // MCP span: the error's type\n")
+	code, _, stderr = runCmd("-readme", path)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, `declares "error.type", which attributes.go: ErrorType declares already`)
+}
+
 func TestCheckFailsOnAStaleTable(t *testing.T) {
 	stale := strings.Replace(wantTables, "the error's type", "the error's old meaning", 1)
 	path := checkout(t, before+stale+after)
