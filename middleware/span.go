@@ -12,6 +12,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -24,10 +25,10 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 	if len(known) > 0 {
 		// A type or reason is worded from the error's own fields, which may
 		// echo a configured credential: then it is not written at all.
-		if engine.RedactKnown(t, known) != t {
+		if redact.Known(t, known) != t {
 			t = ""
 		}
-		if engine.RedactKnown(c.Reason, known) != c.Reason {
+		if redact.Known(c.Reason, known) != c.Reason {
 			c.Reason = "redacted"
 		}
 	}

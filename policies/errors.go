@@ -14,6 +14,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/timeout"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 )
 
 // Outcome is how a call through a layer ended.
@@ -120,7 +121,7 @@ func (e *FailedError) Diagnosis() string {
 	}
 	d := e.diagnose()
 	if len(e.known) > 0 {
-		d = engine.RedactKnown(d, e.known) // the reason and type too: they are worded from the error's fields
+		d = redact.Known(d, e.known) // the reason and type too: they are worded from the error's fields
 	}
 	e.diag.Store(&d)
 	return d

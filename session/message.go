@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -169,7 +170,7 @@ func describe(err error, known []string) string {
 func knownFirst(err error, known []string) string {
 	if api, ok := err.(*policies.APIError); ok && len(known) > 0 {
 		c := *api
-		c.Code, c.Message = engine.RedactKnown(c.Code, known), engine.RedactKnown(c.Message, known)
+		c.Code, c.Message = redact.Known(c.Code, known), redact.Known(c.Message, known)
 		return c.Error()
 	}
 	return err.Error()

@@ -13,6 +13,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -57,7 +58,7 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	what := ""
 	switch t := cls.Type; {
 	case t == "" || t == telemetry.ErrorTypeOther:
-	case engine.RedactKnown(t, engine.SecretsFrom(ctx)) != t:
+	case redact.Known(t, engine.SecretsFrom(ctx)) != t:
 		what = " (an error whose code holds a secret)" // the type is worded from the error's own code
 	default:
 		what = " (" + t + ")"
