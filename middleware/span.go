@@ -25,10 +25,10 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 	if len(known) > 0 {
 		// A type or reason is worded from the error's own fields, which may
 		// echo a configured credential: then it is not written at all.
-		if redact.Known(t, known) != t {
+		if redact.HasKnown(t, known) {
 			t = ""
 		}
-		if redact.Known(c.Reason, known) != c.Reason {
+		if redact.HasKnown(c.Reason, known) {
 			c.Reason = "redacted"
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/timeout"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 )
 
 // Rule classifies the errors it recognises and reports false for the rest.
@@ -390,7 +391,7 @@ func safeCode(code string) string {
 			return ""
 		}
 	}
-	if Redact(code) != code {
+	if redact.IsSecret(code, nil) {
 		return ""
 	}
 	return code

@@ -58,7 +58,7 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	what := ""
 	switch t := cls.Type; {
 	case t == "" || t == telemetry.ErrorTypeOther:
-	case redact.Known(t, engine.SecretsFrom(ctx)) != t:
+	case redact.HasKnown(t, engine.SecretsFrom(ctx)):
 		what = " (an error whose code holds a secret)" // the type is worded from the error's own code
 	default:
 		what = " (" + t + ")"

@@ -146,6 +146,9 @@ func FuzzRedact(f *testing.F) {
 				t.Fatalf("Text(%q) = %q keeps %q of %q", in, out, part, secret.body)
 			}
 		}
+		if IsSecret(in, nil) != (out != in) {
+			t.Fatalf("IsSecret(%q) disagrees with Text = %q", in, out)
+		}
 		if again := Text(out, nil, 0); again != out {
 			t.Fatalf("Text is not idempotent on %q:\n once: %q\ntwice: %q", in, out, again)
 		}
@@ -159,6 +162,17 @@ func FuzzRedact(f *testing.F) {
 			in := before + known + after
 			if out := Text(in, []string{known}, 0); strings.Contains(out, known) {
 				t.Fatalf("redact(%q) with %q known = %q", in, known, out)
+			}
+		}
+		// IsSecret and HasKnown answer what Text and Known would do, whatever
+		// the known value holds.
+		for _, in := range []string{in, before, after} {
+			k := []string{known}
+			if out := Text(in, k, 0); IsSecret(in, k) != (out != in) {
+				t.Fatalf("IsSecret(%q, %q) disagrees with Text = %q", in, known, out)
+			}
+			if out := Known(in, k); HasKnown(in, k) != (out != in) {
+				t.Fatalf("HasKnown(%q, %q) disagrees with Known = %q", in, known, out)
 			}
 		}
 	})

@@ -32,10 +32,41 @@ func Text(s string, known []string, limit int) string {
 // would change it, for the rest of a value that held a secret names
 // nothing.
 func Value(v string, known []string) string {
-	if Text(v, known, 0) != v {
+	if IsSecret(v, known) {
 		return Redacted
 	}
 	return v
+}
+
+// IsSecret reports whether Text (uncapped) would change s: whether s holds a
+// known value or matches a pattern. It builds no string, and allocates
+// nothing, unless a known value is in s, where it asks Text: whether the
+// patterns then give back s is theirs to say.
+func IsSecret(s string, known []string) bool {
+	if HasKnown(s, known) {
+		return Text(s, known, 0) != s
+	}
+	sc := scanner{in: s, s: s, last: -1, colon: -1, stop: -1, check: true}
+	sc.run()
+	return sc.changed()
+}
+
+// HasKnown reports whether Known would change s, without building a string
+// unless a known value in s holds a '['. Known replaces each run of
+// overlapping known values with [Redacted], and only a run that starts with
+// '[', the first byte of [Redacted], can be replaced by the same bytes: the
+// first run that is not changes the text at its start.
+func HasKnown(s string, known []string) bool {
+	found, bracket := false, false
+	for _, k := range known {
+		if len(k) >= engine.MinSecretLen && strings.Contains(s, k) {
+			found, bracket = true, bracket || strings.IndexByte(k, '[') >= 0
+		}
+	}
+	if bracket {
+		return Known(s, known) != s
+	}
+	return found
 }
 
 // Known replaces every occurrence of each known value in s (one of

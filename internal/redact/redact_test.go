@@ -92,6 +92,8 @@ func TestTextSecrets(t *testing.T) {
 			got := Text(tt.in, nil, 0)
 			assert.Equal(t, tt.want, got)
 			assert.Equal(t, got, Text(got, nil, 0), "a second Text changes nothing")
+			assert.Equal(t, got != tt.in, IsSecret(tt.in, nil))
+			assert.False(t, IsSecret(got, nil), "what Text wrote is no secret")
 		})
 	}
 }
@@ -134,6 +136,7 @@ func TestTextKeepsOrdinaryText(t *testing.T) {
 		"com.example.service.impl.UserServiceImpl.handleRequest(UserServiceImpl.java:42)",
 	} {
 		assert.Equal(t, s, Text(s, nil, 0))
+		assert.False(t, IsSecret(s, nil), "%q", s)
 	}
 }
 
@@ -158,6 +161,7 @@ func TestTextRepeatedNearMisses(t *testing.T) {
 		{"https://h/" + strings.Repeat("abcdefgh12345678/", 3), "https://h/" + strings.Repeat("[REDACTED]/", 3)},
 	} {
 		assert.Equal(t, tt.want, Text(tt.in, nil, 0))
+		assert.Equal(t, tt.want != tt.in, IsSecret(tt.in, nil), "%q", tt.in)
 	}
 }
 
@@ -174,6 +178,7 @@ func TestTextKnownValues(t *testing.T) {
 		{"password=Tr0ub4dor&3horse", "password=[REDACTED]"},
 	} {
 		assert.Equal(t, tt.want, Text(tt.in, append(known, "Tr0ub4dor&3horse"), 0), "%q", tt.in)
+		assert.Equal(t, tt.want != tt.in, IsSecret(tt.in, append(known, "Tr0ub4dor&3horse")), "%q", tt.in)
 	}
 	assert.Equal(t, Text("pw sk-proj-AbCdEf1234567890", nil, 0), Text("pw sk-proj-AbCdEf1234567890", []string{}, 0))
 }
@@ -236,6 +241,8 @@ func TestTextMoreShapes(t *testing.T) {
 			got := Text(tt.in, nil, 0)
 			assert.Equal(t, tt.want, got)
 			assert.Equal(t, got, Text(got, nil, 0), "a second Text changes nothing")
+			assert.Equal(t, got != tt.in, IsSecret(tt.in, nil))
+			assert.False(t, IsSecret(got, nil), "what Text wrote is no secret")
 		})
 	}
 }
@@ -268,6 +275,7 @@ func TestTextKeepsMoreOrdinaryText(t *testing.T) {
 		"open /tmp/TestRunTaskCheckpoint2874651/001/task.json: permission denied",
 	} {
 		assert.Equal(t, s, Text(s, nil, 0))
+		assert.False(t, IsSecret(s, nil), "%q", s)
 	}
 }
 
@@ -296,4 +304,46 @@ func TestTextCap(t *testing.T) {
 	assert.Equal(t, "é é é é é é é é é é key sk-[REDACTED] and [REDACTED]", Text(s, known, 0), "no cut at 0")
 	plain := "nothing to redact here"
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = Text(plain, known, len(plain)) }))
+}
+
+// TestIsSecret holds IsSecret to Text: true exactly when Text changes the
+// text, also where a change gives back the same bytes, and without
+// allocating on text a pattern matches.
+func TestIsSecret(t *testing.T) {
+	for _, tt := range []struct {
+		in    string
+		known []string
+	}{
+		{"401 invalid_api_key: Incorrect API key provided: sk-proj-AbCdEf1234567890", nil},
+		{"503 server_error: The server had an error", nil},
+		{"password=[REDACTED]", nil},                                // a value [REDACTED] is replaced by the same bytes
+		{"Bearer [REDACTED] and sk-[REDACTED]", nil},                // so are these
+		{"x password=hunter2hunter2 y", []string{"hunter2hunter2"}}, // known, then the pattern on [REDACTED]
+		{"the key hunter2hunter2", []string{"hunter2hunter2"}},
+		{"the key hunter2hunter", []string{"hunter2hunter2"}},
+		{"password=[REDACTED]", []string{"REDACTED"}},                           // [[REDACTED]], then the pattern: the same bytes
+		{"see [REDACTED] here", []string{"[REDACTED]"}},                         // replaced by itself
+		{"see [REDACTED] here", []string{"[REDACTE", "EDACTED]"}},               // two that make one [REDACTED]
+		{"see [REDACTED]] here", []string{"[REDACTE", "EDACTED]", "ED]] here"}}, // not when the run goes on
+		{"see [REDACTED] here", []string{"[REDACTE"}},
+		{"short", []string{"short"}},
+	} {
+		text := Text(tt.in, tt.known, 0)
+		assert.Equal(t, text != tt.in, IsSecret(tt.in, tt.known), "IsSecret(%q, %q); Text = %q", tt.in, tt.known, text)
+		known := Known(tt.in, tt.known)
+		assert.Equal(t, known != tt.in, HasKnown(tt.in, tt.known), "HasKnown(%q, %q); Known = %q", tt.in, tt.known, known)
+		if !HasKnown(tt.in, tt.known) && !strings.Contains(strings.Join(tt.known, ""), "[") {
+			assert.Zero(t, testing.AllocsPerRun(10, func() { _ = IsSecret(tt.in, tt.known) }), "%q", tt.in)
+		}
+	}
+	assert.True(t, IsSecret("x hunter2hunter2 y", []string{"hunter2hunter2"}))
+	assert.False(t, IsSecret("password=[REDACTED]", []string{"REDACTED"}))
+	assert.False(t, HasKnown("see [REDACTED] here", []string{"[REDACTE", "EDACTED]"}))
+}
+
+func TestValue(t *testing.T) {
+	assert.Equal(t, "gpt-4o-mini-2024-07-18", Value("gpt-4o-mini-2024-07-18", nil))
+	assert.Equal(t, Redacted, Value("model-sk-proj-AbCdEf1234567890", nil), "the rest of a value with a secret names nothing")
+	assert.Equal(t, Redacted, Value("resp_hunter2hunter2", []string{"hunter2hunter2"}))
+	assert.Equal(t, "resp_abc", Value("resp_abc", []string{"hunter2hunter2"}))
 }

@@ -109,6 +109,13 @@ type scanner struct {
 	// noPair: a cookie's name read from before it runs to it without '=',
 	// as any read from later in that run would.
 	noPair int
+
+	// A scan that checks (IsSecret) writes no output: it follows the output
+	// it would write, n bytes of it so far, and stops at the first byte
+	// where that differs from the input, the answer.
+	check   bool
+	n       int
+	differs bool
 }
 
 // prev returns the character before position i in the output: a replacement
@@ -124,10 +131,10 @@ func (sc *scanner) prev(i int) byte {
 	return sc.in[i-1]
 }
 
-// run scans the text to its end.
+// run scans the text to its end, or a check to the first difference.
 func (sc *scanner) run() {
 	i := 0
-	for {
+	for !sc.differs {
 		if i < len(sc.s) {
 			i = sc.step(i)
 			continue
@@ -278,12 +285,36 @@ func (sc *scanner) replaceName(from, to int, with string, name int) int {
 
 // replace copies the text up to from and writes with instead of in[from:to].
 func (sc *scanner) replace(from, to int, with string) {
+	if sc.check {
+		sc.follow(sc.in[sc.w:from], true)
+		sc.follow(with, false)
+		sc.w, sc.last = to, to
+		return
+	}
 	if sc.out.Cap() == 0 {
 		sc.out.Grow(len(sc.in) + len(with))
 	}
 	sc.out.WriteString(sc.in[sc.w:from])
 	sc.out.WriteString(with)
 	sc.w, sc.last = to, to
+}
+
+// follow adds p to the output a check follows, noting whether it differs
+// from the input there. A piece copied from in[w:] is the input's own bytes
+// while no replacement changed the output's length (n == w).
+func (sc *scanner) follow(p string, copied bool) {
+	switch {
+	case sc.differs, copied && sc.n == sc.w:
+	case len(sc.in)-sc.n < len(p) || sc.in[sc.n:sc.n+len(p)] != p:
+		sc.differs = true
+	}
+	sc.n += len(p)
+}
+
+// changed reports whether a check found that the scan changes the input:
+// a byte of the output differs, or the rest, in[w:], lands elsewhere.
+func (sc *scanner) changed() bool {
+	return sc.differs || sc.n != sc.w
 }
 
 func (sc *scanner) finish() string {
