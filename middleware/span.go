@@ -57,7 +57,7 @@ func statusText(known []string, e error) string {
 	} else if s = engine.ErrorText(e); strings.TrimSpace(s) == "" {
 		s = "error without a message"
 	}
-	return engine.Truncate(policies.Redact(s, known...), engine.CapSpanStatus)
+	return redact.Text(s, known, engine.CapSpanStatus)
 }
 
 // statusMemo words a call's span statuses: the layer span's is its last

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/retrace-go/retrace/internal/redact"
 )
 
 // Class says what retrying an error can achieve.
@@ -75,7 +77,7 @@ func (e *APIError) Error() string {
 	}
 	// A provider's code and message are its input, not retrace's: either may
 	// echo a key.
-	return Redact(e.text())
+	return redact.Text(e.text(), nil, 0)
 }
 
 // text is the error's text before redaction: "<status> <code>: <message>".

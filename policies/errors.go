@@ -234,7 +234,7 @@ func brief(err error, known ...string) string {
 	case *FailedError:
 		s = e.Error() // redacted already, once, where it was worded
 	case *APIError:
-		s = Redact(e.text(), known...)
+		s = redact.Text(e.text(), known, 0)
 	default:
 		s = engine.ErrorText(err)
 		if api, decoded := providerAnswer(err); decoded && api.Message != "" && !strings.Contains(s, api.Message) {
@@ -242,7 +242,7 @@ func brief(err error, known ...string) string {
 			// provider's code and words say what happened.
 			s += ": " + api.text()
 		}
-		s = Redact(s, known...)
+		s = redact.Text(s, known, 0)
 	}
 	if strings.TrimSpace(s) == "" {
 		s = errorType(err) + " (empty message)"

@@ -154,10 +154,10 @@ func describe(err error, known []string) string {
 	}
 	var se *StreamError
 	if errors.As(err, &se) {
-		return policies.Redact(se.Message, known...)
+		return redact.Text(se.Message, known, 0)
 	}
 	t := typeName(err)
-	msg := strings.TrimSpace(policies.Redact(knownFirst(err, known), known...))
+	msg := strings.TrimSpace(redact.Text(knownFirst(err, known), known, 0))
 	if msg == "" {
 		return t
 	}

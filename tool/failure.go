@@ -113,7 +113,7 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 // retrace's layer prefixes.
 func message(ctx context.Context, err error) string {
 	err = policies.Underlying(err)
-	s := strings.Join(strings.Fields(policies.Redact(engine.ErrorText(err), engine.SecretsFrom(ctx)...)), " ")
+	s := strings.Join(strings.Fields(redact.Text(engine.ErrorText(err), engine.SecretsFrom(ctx), 0)), " ")
 	if s == "" {
 		return "(no message)"
 	}
