@@ -18,7 +18,7 @@ const Redacted = "[REDACTED]"
 // value nor a pattern.
 //
 // It returns s itself, without allocating, when there is nothing to redact
-// and nothing to cut, and Text(Text(s)) == Text(s) for the patterns.
+// and nothing to cut; a second Text changes nothing the patterns wrote.
 func Text(s string, known []string, limit int) string {
 	s = patterns(Known(s, known))
 	if limit > 0 {
@@ -39,9 +39,12 @@ func Value(v string, known []string) string {
 }
 
 // IsSecret reports whether Text (uncapped) would change s: whether s holds a
-// known value or matches a pattern. It builds no string, and allocates
-// nothing, unless a known value is in s, where it asks Text: whether the
-// patterns then give back s is theirs to say.
+// known value or a pattern matches, with a replacement that is not the same
+// bytes (a value "[REDACTED]" after "password=" is replaced by itself). It
+// builds no string, and allocates nothing, unless a known value is in s:
+// then it asks Text, as the patterns can give back what the known values
+// changed ("password=[REDACTED]" with a known value "REDACTED" becomes
+// "password=[[REDACTED]]", then itself again).
 func IsSecret(s string, known []string) bool {
 	if HasKnown(s, known) {
 		return Text(s, known, 0) != s
@@ -54,8 +57,9 @@ func IsSecret(s string, known []string) bool {
 // HasKnown reports whether Known would change s, without building a string
 // unless a known value in s holds a '['. Known replaces each run of
 // overlapping known values with [Redacted], and only a run that starts with
-// '[', the first byte of [Redacted], can be replaced by the same bytes: the
-// first run that is not changes the text at its start.
+// '[', the first byte of [Redacted], can be replaced by the same bytes: when
+// no known value in s holds one, the first run puts a '[' where s has
+// another byte.
 func HasKnown(s string, known []string) bool {
 	found, bracket := false, false
 	for _, k := range known {

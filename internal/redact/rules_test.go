@@ -1,0 +1,63 @@
+package redact
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSkipStopsWhereARuleMayStart holds skip to the table of rules: after
+// any byte, at any byte, before any second byte a rule's pairs tell apart,
+// skip stops where step would try a rule, so that no rule misses a start.
+func TestSkipStopsWhereARuleMayStart(t *testing.T) {
+	seconds := []byte("abcdefghijklmnopqrstuvwxyz-_0") // one of each foldIndex
+	var buf [3]byte
+	for p := range 256 {
+		for c := range 256 {
+			m := startAfter[p] & startAt[c]
+			if m == 0 {
+				continue
+			}
+			for _, d := range seconds {
+				buf = [3]byte{byte(p), byte(c), d}
+				s := string(buf[:])
+				tried := ""
+				for r := range numRules {
+					if m&(1<<r) == 0 {
+						continue
+					}
+					if pairs := rules[r].pairs; pairs == nil || pairs[c]&(1<<foldIndex[d]) != 0 {
+						tried = rules[r].name
+						break
+					}
+				}
+				if tried == "" {
+					continue
+				}
+				sc := scanner{in: s, s: s, last: -1, colon: -1, stop: -1}
+				require.Equal(t, 1, sc.skip(1), "skip passes over %q, where the %s rule may start", s, tried)
+			}
+		}
+	}
+}
+
+// TestRulesTable checks the table: every rule named once, and a start that
+// some bytes have and others not.
+func TestRulesTable(t *testing.T) {
+	seen := map[string]bool{}
+	for r, rl := range rules {
+		assert.NotEmpty(t, rl.name, "rule %d", r)
+		assert.False(t, seen[rl.name], "%s twice", rl.name)
+		seen[rl.name] = true
+		var after, at int
+		for b := range 256 {
+			after += int(startAfter[b]>>r) & 1
+			at += int(startAt[b]>>r) & 1
+		}
+		assert.Positive(t, after, rl.name)
+		assert.Positive(t, at, rl.name)
+		assert.Less(t, at, 256, "%s may start at any byte: step would try it everywhere", rl.name)
+	}
+	assert.Less(t, numRules, 16, "startAfter and startAt hold a bit per rule")
+}
