@@ -42,12 +42,12 @@ func Value(v string, known []string) string {
 // known value or a pattern matches, with a replacement that is not the same
 // bytes (a value "[REDACTED]" after "password=" is replaced by itself). It
 // builds no string, and allocates nothing, unless a known value is in s:
-// then it asks Text, as the patterns can give back what the known values
-// changed ("password=[REDACTED]" with a known value "REDACTED" becomes
-// "password=[[REDACTED]]", then itself again).
+// then it scans what Known made of s, as the patterns can give back what
+// the known values changed ("password=[REDACTED]" with a known value
+// "REDACTED" becomes "password=[[REDACTED]]", then itself again).
 func IsSecret(s string, known []string) bool {
-	if HasKnown(s, known) {
-		return Text(s, known, 0) != s
+	if t := Known(s, known); t != s {
+		return patterns(t) != s
 	}
 	sc := scanner{in: s, s: s, last: -1, colon: -1, stop: -1, check: true}
 	sc.run()

@@ -1,6 +1,10 @@
 package redact
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,4 +64,46 @@ func TestRulesTable(t *testing.T) {
 		assert.Less(t, at, 256, "%s may start at any byte: step would try it everywhere", rl.name)
 	}
 	assert.Less(t, numRules, 16, "startAfter and startAt hold a bit per rule")
+}
+
+// TestStepTriesTheRulesInTheTablesOrder reads step's source: it tests the
+// rules' bits in the order of the constants that index the table, each
+// once, so that the table's order is the order in which they are tried.
+func TestStepTriesTheRulesInTheTablesOrder(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "rules.go", nil, 0)
+	require.NoError(t, err)
+	var consts, tried []string
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				if v, ok := spec.(*ast.ValueSpec); ok && d.Tok == token.CONST {
+					for _, n := range v.Names {
+						if strings.HasPrefix(n.Name, "rule") {
+							consts = append(consts, n.Name)
+						}
+					}
+				}
+			}
+		case *ast.FuncDecl:
+			if d.Name.Name != "step" {
+				continue
+			}
+			ast.Inspect(d.Body, func(n ast.Node) bool {
+				// m&(1<<ruleX)
+				if b, ok := n.(*ast.BinaryExpr); ok && b.Op == token.AND {
+					if x, ok := b.X.(*ast.Ident); ok && x.Name == "m" {
+						if sh, ok := ast.Unparen(b.Y).(*ast.BinaryExpr); ok && sh.Op == token.SHL {
+							if r, ok := sh.Y.(*ast.Ident); ok {
+								tried = append(tried, r.Name)
+							}
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	require.Len(t, consts, numRules)
+	assert.Equal(t, consts, tried)
 }

@@ -1,8 +1,6 @@
 package redact
 
-import (
-	"strings"
-)
+import "strings"
 
 // Character charClass of ASCII bytes; bytes of multi-byte runes have none.
 const (
