@@ -7,8 +7,9 @@
 // The rule: the known values (the credentials of the call, registered with
 // policies.WithSecrets or configured on a provider) are replaced by exact
 // value first, then the secret patterns (keys, bearer tokens, secret
-// assignments and query parameters, passwords in URLs, opaque tokens: the
-// table rules), and a cap, if any, cuts the result last. Known values go
+// assignments and query parameters, passwords in URLs, opaque tokens: one
+// table of rules, tried in a single linear scan), and a cap, if any, cuts
+// the result last. Known values go
 // first because a pattern that took part of one would leave the rest, which
 // the exact value no longer matches; the cut goes last because a cut first
 // could halve a secret, and the half left would match neither.
