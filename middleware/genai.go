@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/instrument"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -37,7 +38,8 @@ func newGenAI[Resp any](cfg config) *genAI[Resp] {
 
 // endAttributes sets the attributes read off the call's result on span.
 // The answer's words (its model, its ID) may echo a credential: a value
-// Redact would change is written as [REDACTED].
+// that is a secret, or holds one, is written as [REDACTED] whole
+// (redact.Value's rule).
 func (g *genAI[Resp]) endAttributes(span trace.Span, known []string, resp Resp, err error) {
 	if g.end == nil {
 		return
@@ -47,15 +49,15 @@ func (g *genAI[Resp]) endAttributes(span trace.Span, known []string, resp Resp, 
 		switch kv.Value.Type() {
 		case attribute.STRING:
 			if v := kv.Value.AsString(); v != "" {
-				if r := policies.RedactValue(v, known...); r != v {
-					attrs[i] = kv.Key.String(r)
+				if redact.IsSecret(v, known) {
+					attrs[i] = kv.Key.String(redact.Redacted)
 				}
 			}
 		case attribute.STRINGSLICE:
 			vs, changed := kv.Value.AsStringSlice(), false
 			for j, v := range vs {
-				if r := policies.RedactValue(v, known...); r != v {
-					vs[j], changed = r, true
+				if redact.IsSecret(v, known) {
+					vs[j], changed = redact.Redacted, true
 				}
 			}
 			if changed {

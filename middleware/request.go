@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -181,7 +182,7 @@ func requestSpan(r *http.Request, resend int, attrs []attribute.KeyValue) (strin
 // (?key=…), a path where others do (/v1/keys/sk-…/chat) and where a
 // webhook's token is, and the rest says what was asked.
 //
-// A segment or a name is a secret when policies.Redact, reading it as a part
+// A segment or a name is a secret when redact.IsSecret, reading it as a part
 // of a URL's path, would redact any of it: a key, a value of a secret's name,
 // an opaque token (a run of 16 letters and digits with both), but not an
 // object ID, a UUID, a model name (gpt-4o-mini-2024-07-18) or a date. A
@@ -191,8 +192,7 @@ func safeURL(u *url.URL) string {
 	c := *u
 	c.User, c.Fragment, c.RawFragment = nil, "", ""
 	secret := func(s string) bool {
-		p := "https://h/" + s // s where a URL's path holds it, as Redact reads one
-		return policies.Redact(p) != p
+		return redact.IsSecret("https://h/"+s, nil) // s where a URL's path holds it, as the patterns read one
 	}
 	if c.Opaque == "" && c.Path != "" {
 		segs := strings.Split(c.EscapedPath(), "/")

@@ -12,6 +12,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -24,10 +25,10 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 	if len(known) > 0 {
 		// A type or reason is worded from the error's own fields, which may
 		// echo a configured credential: then it is not written at all.
-		if engine.RedactKnown(t, known) != t {
+		if redact.HasKnown(t, known) {
 			t = ""
 		}
-		if engine.RedactKnown(c.Reason, known) != c.Reason {
+		if redact.HasKnown(c.Reason, known) {
 			c.Reason = "redacted"
 		}
 	}
@@ -56,7 +57,7 @@ func statusText(known []string, e error) string {
 	} else if s = engine.ErrorText(e); strings.TrimSpace(s) == "" {
 		s = "error without a message"
 	}
-	return engine.Truncate(policies.Redact(s, known...), engine.CapSpanStatus)
+	return redact.Text(s, known, engine.CapSpanStatus)
 }
 
 // statusMemo words a call's span statuses: the layer span's is its last

@@ -22,6 +22,7 @@ import (
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/internal/errchain"
+	"github.com/retrace-go/retrace/internal/redact"
 )
 
 // Rule classifies the errors it recognises and reports false for the rest.
@@ -382,7 +383,7 @@ func safeCode(code string) string {
 			return ""
 		}
 	}
-	if Redact(code) != code {
+	if redact.IsSecret(code, nil) {
 		return ""
 	}
 	return code

@@ -10,6 +10,7 @@ import (
 
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
+	"github.com/retrace-go/retrace/internal/redact"
 )
 
 // Error is a failure as retrace reads it, one value from where the answer
@@ -79,7 +80,7 @@ func (e *Error) Error() string {
 		// an empty message is what the rules of a dropped stream read.
 		return e.Message
 	case e.StatusCode != 0 || e.Code != "" || e.Class == "" && e.Message != "":
-		return Redact(e.text())
+		return redact.Text(e.text(), nil, 0)
 	case e.Message != "":
 		return e.Message
 	case e.Err != nil:

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 )
 
 // Outcome is how a call through a layer ended.
@@ -61,7 +62,7 @@ func (e *Error) Diagnosis() string {
 	}
 	d := e.diagnose()
 	if len(e.known) > 0 {
-		d = engine.RedactKnown(d, e.known) // the reason and type too: they are worded from the error's fields
+		d = redact.Known(d, e.known) // the reason and type too: they are worded from the error's fields
 	}
 	if e.diag != nil {
 		e.diag.text.Store(&d)
@@ -176,7 +177,7 @@ func brief(err error, known ...string) string {
 	case ok && e.Outcome != "":
 		s = e.Error() // redacted already, once, where it was worded
 	case ok && e.Type != typeStreamDropped && (e.StatusCode != 0 || e.Code != "" || e.Message != ""):
-		s = Redact(e.text(), known...)
+		s = redact.Text(e.text(), known, 0)
 	default:
 		s = engine.ErrorText(err)
 		if api, decoded := providerAnswer(err); decoded && api.Message != "" && !strings.Contains(s, api.Message) {
@@ -184,7 +185,7 @@ func brief(err error, known ...string) string {
 			// provider's code and words say what happened.
 			s += ": " + api.text()
 		}
-		s = Redact(s, known...)
+		s = redact.Text(s, known, 0)
 	}
 	if strings.TrimSpace(s) == "" {
 		s = errorType(err) + " (empty message)"

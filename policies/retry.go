@@ -14,6 +14,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 )
 
 // RetryConfig configures a retry policy. The zero value retries Transient
@@ -319,7 +320,7 @@ func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Clas
 		// The answer rides on the stop, so that one errors.As reads it.
 		fe.StatusCode, fe.Code, fe.Message = a.StatusCode, a.Code, a.Message
 		if len(fe.known) > 0 && a != fe.Err {
-			fe.Code, fe.Message = engine.RedactKnown(fe.Code, fe.known), engine.RedactKnown(fe.Message, fe.known)
+			fe.Code, fe.Message = redact.Known(fe.Code, fe.known), redact.Known(fe.Message, fe.known)
 		}
 	}
 	return fe

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -158,7 +159,7 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 			results[n] = b
 		case recordable(fe):
 			rec.Status = StepFailed
-			rec.Error = &StepFailure{Class: string(fe.Class), Type: fe.Type, Message: policies.Redact(fe.Err.Error(), engine.SecretsFrom(ctx)...)}
+			rec.Error = &StepFailure{Class: string(fe.Class), Type: fe.Type, Message: redact.Text(fe.Err.Error(), engine.SecretsFrom(ctx), 0)}
 		default:
 			return fmt.Errorf("task %s stopped at step %d (%s), to be resumed there: %w", task.ID, n, st.Name, err)
 		}

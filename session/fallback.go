@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -266,7 +267,7 @@ func (s *Session) fallback(ctx context.Context, t *turn) (Message, error) {
 		// errors.As on the chain's error must not find it.
 		for _, e := range errs {
 			if api, ok := errors.AsType[*policies.Error](e); ok {
-				api.Code, api.Message = engine.RedactKnown(api.Code, known), engine.RedactKnown(api.Message, known)
+				api.Code, api.Message = redact.Known(api.Code, known), redact.Known(api.Message, known)
 			}
 		}
 	}
@@ -295,7 +296,7 @@ func (s *Session) describe(ctx context.Context, tried int, answeredBy string, fa
 	case answeredBy != "":
 		attrs = append(attrs, telemetry.FallbackAnsweredBy.String(answeredBy))
 		if len(failed) > 0 {
-			attrs = append(attrs, telemetry.Diagnosis.String(engine.RedactKnown("answered by "+answeredBy+" after "+joinFailures(failed), engine.SecretsFrom(ctx))))
+			attrs = append(attrs, telemetry.Diagnosis.String(redact.Known("answered by "+answeredBy+" after "+joinFailures(failed), engine.SecretsFrom(ctx))))
 		}
 	}
 	span.SetAttributes(attrs...)
@@ -325,7 +326,7 @@ func chainText(failed []CandidateFailure, stopped bool, known []string) string {
 	case last.Class != policies.Canceled:
 		text += ", not a failure that falls back"
 	}
-	return engine.RedactKnown(text, known)
+	return redact.Known(text, known)
 }
 
 func joinFailures(failed []CandidateFailure) string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/internal/errchain"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -130,9 +131,9 @@ func describe(err error, known []string) string {
 	err = policies.Underlying(err)
 	e, own := errors.AsType[*policies.Error](err)
 	if own && e.Type == "stream_dropped" {
-		return policies.Redact(e.Message, known...)
+		return redact.Text(e.Message, known, 0)
 	}
-	msg := strings.TrimSpace(policies.Redact(knownFirst(err, known), known...))
+	msg := strings.TrimSpace(redact.Text(knownFirst(err, known), known, 0))
 	t := typeName(err)
 	if msg == "" {
 		return t
@@ -145,7 +146,7 @@ func describe(err error, known []string) string {
 // that took part of a known value would leave the rest.
 func knownFirst(err error, known []string) string {
 	if api, ok := err.(*policies.Error); ok && len(known) > 0 && (api.StatusCode != 0 || api.Code != "") {
-		c := policies.Error{StatusCode: api.StatusCode, Code: engine.RedactKnown(api.Code, known), Message: engine.RedactKnown(api.Message, known)}
+		c := policies.Error{StatusCode: api.StatusCode, Code: redact.Known(api.Code, known), Message: redact.Known(api.Message, known)}
 		return c.Error()
 	}
 	return err.Error()

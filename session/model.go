@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 )
@@ -49,7 +50,7 @@ func (s *Session) streamer(p Provider) middleware.Handler[Request, Message] {
 		// echo the call's credentials: the message is what the history,
 		// the next request and a checkpoint carry.
 		known := engine.SecretsFrom(ctx)
-		msg.Model, msg.ResponseID = policies.RedactValue(msg.Model, known...), policies.RedactValue(msg.ResponseID, known...)
+		msg.Model, msg.ResponseID = redact.Value(msg.Model, known), redact.Value(msg.ResponseID, known)
 		return msg, nil
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -56,7 +57,7 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	what := ""
 	switch t := cls.Type; {
 	case t == "" || t == telemetry.ErrorTypeOther:
-	case engine.RedactKnown(t, engine.SecretsFrom(ctx)) != t:
+	case redact.HasKnown(t, engine.SecretsFrom(ctx)):
 		what = " (an error whose code holds a secret)" // the type is worded from the error's own code
 	default:
 		what = " (" + t + ")"
@@ -111,7 +112,7 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 // retrace's layer prefixes.
 func message(ctx context.Context, err error) string {
 	err = policies.Underlying(err)
-	s := strings.Join(strings.Fields(policies.Redact(engine.ErrorText(err), engine.SecretsFrom(ctx)...)), " ")
+	s := strings.Join(strings.Fields(redact.Text(engine.ErrorText(err), engine.SecretsFrom(ctx), 0)), " ")
 	if s == "" {
 		return "(no message)"
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/retrace-go/retrace/internal/errchain"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -258,14 +259,14 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
 
-// redact is err with its text redacted of secrets (and of the patterns
+// redactErr is err with its text redacted of secrets (and of the patterns
 // retrace redacts everywhere), err itself when there is nothing to redact.
-func redact(err error, secrets []string) error {
+func redactErr(err error, secrets []string) error {
 	if err == nil || len(secrets) == 0 {
 		return err
 	}
 	s := err.Error()
-	if r := policies.Redact(s, secrets...); r != s {
+	if r := redact.Text(s, secrets, 0); r != s {
 		return &redactedError{msg: r, err: err}
 	}
 	return err

@@ -266,7 +266,7 @@ func (c *Client) exchange(ctx context.Context, r *request) (mcp.Result, error) {
 	inject(sctx, c.cfg.Propagator, r.req.GetParams())
 	start := time.Now()
 	res, err := r.next(sctx, r.method, r.req)
-	err = redact(classify(ctx, r, res, err, n), c.cfg.Secrets)
+	err = redactErr(classify(ctx, r, res, err, n), c.cfg.Secrets)
 	if e, ok := errors.AsType[*RPCError](err); ok && n.span.IsRecording() {
 		n.span.SetAttributes(keyRPCStatusCode.String(e.ErrorType()))
 	}

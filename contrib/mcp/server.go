@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/instrument"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -85,7 +86,7 @@ func ServerMiddleware(cfg ServerConfig) mcp.Middleware {
 			var failed []attribute.KeyValue
 			switch {
 			case err != nil:
-				typ, msg := errorTypeOf(err), policies.Redact(err.Error(), cfg.Secrets...)
+				typ, msg := errorTypeOf(err), redact.Text(err.Error(), cfg.Secrets, 0)
 				failed = append(failed, telemetry.ErrorType.String(typ))
 				if _, ok := errors.AsType[*jsonrpc.Error](err); ok {
 					failed = append(failed, keyRPCStatusCode.String(typ))
@@ -157,7 +158,7 @@ func redacted(r *mcp.CallToolResult, secrets []string) *mcp.CallToolResult {
 	for i, c := range r.Content {
 		if t, ok := c.(*mcp.TextContent); ok {
 			tc := *t
-			tc.Text = policies.Redact(t.Text, secrets...)
+			tc.Text = redact.Text(t.Text, secrets, 0)
 			c = &tc
 		}
 		cp.Content[i] = c
@@ -182,7 +183,7 @@ func ToolError(err error) *mcp.CallToolResult {
 	w := wireClass{Class: string(cl.Class), Type: safeType(cl.Type), RetryAfterMs: cl.RetryAfter.Milliseconds()}
 	return &mcp.CallToolResult{
 		IsError: true,
-		Content: []mcp.Content{&mcp.TextContent{Text: policies.Redact(err.Error())}},
+		Content: []mcp.Content{&mcp.TextContent{Text: redact.Text(err.Error(), nil, 0)}},
 		Meta:    mcp.Meta{MetaKeyError: w},
 	}
 }

@@ -135,7 +135,7 @@ func (s *Server) call(ctx context.Context, name string, args map[string]any) (st
 	if err != nil {
 		// The middleware classified the request's failure already; a
 		// session without it is classified here, alike.
-		err = redact(classifyErr(ctx, "tools/call", err, nil, s.start != nil), s.c.cfg.Secrets)
+		err = redactErr(classifyErr(ctx, "tools/call", err, nil, s.start != nil), s.c.cfg.Secrets)
 		if ce, ended := errors.AsType[*ClosedError](err); ended {
 			s.end(cs, ce.Err)
 		}

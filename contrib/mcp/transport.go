@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -350,7 +351,7 @@ func (rt *roundTripper) post(req *http.Request, n *note) (*http.Response, error)
 		switch ct := mediaType(resp.Header.Get("Content-Type")); {
 		case resp.StatusCode >= 400:
 			api := peekError(resp)
-			api.Message = policies.Redact(api.Message, rt.secrets...)
+			api.Message = redact.Text(api.Message, rt.secrets, 0)
 			n.mu.Lock()
 			n.api = api
 			n.mu.Unlock()

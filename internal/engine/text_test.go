@@ -39,12 +39,6 @@ func TestSecrets(t *testing.T) {
 	inner := WithSecrets(ctx, "tok-abcdefgh")
 	assert.Equal(t, []string{"sk-live-0123456789", "tok-abcdefgh"}, SecretsFrom(inner), "the contexts above included")
 	assert.Nil(t, SecretsFrom(context.Background()))
-
-	known := SecretsFrom(inner)
-	assert.Equal(t, "key [REDACTED] and [REDACTED], again [REDACTED]",
-		RedactKnown("key sk-live-0123456789 and tok-abcdefgh, again sk-live-0123456789", known))
-	assert.Equal(t, "[REDACTED]", RedactKnown("sk-live-0123456789tok-abcdefgh"[:18+8], []string{"sk-live-0123456789", "9tok-abcdefgh"[:9]}),
-		"overlapping values become one [REDACTED]")
 }
 
 func TestBulkhead(t *testing.T) {

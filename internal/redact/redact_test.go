@@ -1,13 +1,16 @@
-package policies
+package redact
 
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/retrace-go/retrace/internal/engine"
 )
 
-func TestRedactSecrets(t *testing.T) {
+func TestTextSecrets(t *testing.T) {
 	for _, tt := range []struct{ name, in, want string }{
 		// Schemes.
 		{"bearer", "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "Authorization: Bearer [REDACTED]"},
@@ -86,14 +89,16 @@ func TestRedactSecrets(t *testing.T) {
 		{"a url as a value", "DATABASE_PASSWORD=postgres://app:p,w;1@db/x more", "DATABASE_PASSWORD=[REDACTED] more"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Redact(tt.in)
+			got := Text(tt.in, nil, 0)
 			assert.Equal(t, tt.want, got)
-			assert.Equal(t, got, Redact(got), "a second Redact changes nothing")
+			assert.Equal(t, got, Text(got, nil, 0), "a second Text changes nothing")
+			assert.Equal(t, got != tt.in, IsSecret(tt.in, nil))
+			assert.False(t, IsSecret(got, nil), "what Text wrote is no secret")
 		})
 	}
 }
 
-func TestRedactKeepsOrdinaryText(t *testing.T) {
+func TestTextKeepsOrdinaryText(t *testing.T) {
 	for _, s := range []string{
 		"",
 		"503 overloaded",
@@ -130,19 +135,20 @@ func TestRedactKeepsOrdinaryText(t *testing.T) {
 		"invalid_request_error_for_project_number_12345",
 		"com.example.service.impl.UserServiceImpl.handleRequest(UserServiceImpl.java:42)",
 	} {
-		assert.Equal(t, s, Redact(s))
+		assert.Equal(t, s, Text(s, nil, 0))
+		assert.False(t, IsSecret(s, nil), "%q", s)
 	}
 }
 
-func TestRedactAllocatesNothingWithoutSecrets(t *testing.T) {
+func TestTextAllocatesNothingWithoutSecrets(t *testing.T) {
 	msg := "503 server_error: The server had an error while processing your request. Sorry about that!"
-	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = Redact(msg) }))
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = Text(msg, nil, 0) }))
 }
 
-// TestRedactRepeatedNearMisses checks short forms of the inputs that
+// TestTextRepeatedNearMisses checks short forms of the inputs that
 // BenchmarkRedact times at a megabyte: text that makes rules start over and
 // over without a secret, or with many short ones.
-func TestRedactRepeatedNearMisses(t *testing.T) {
+func TestTextRepeatedNearMisses(t *testing.T) {
 	for _, tt := range []struct{ in, want string }{
 		{strings.Repeat("ask-", 3) + "x", strings.Repeat("ask-", 3) + "x"},
 		{strings.Repeat("sk-abcdef.", 3), strings.Repeat("sk-[REDACTED].", 3)},
@@ -154,11 +160,12 @@ func TestRedactRepeatedNearMisses(t *testing.T) {
 		{strings.Repeat("credential -", 3), strings.Repeat("credential -", 3)},
 		{"https://h/" + strings.Repeat("abcdefgh12345678/", 3), "https://h/" + strings.Repeat("[REDACTED]/", 3)},
 	} {
-		assert.Equal(t, tt.want, Redact(tt.in))
+		assert.Equal(t, tt.want, Text(tt.in, nil, 0))
+		assert.Equal(t, tt.want != tt.in, IsSecret(tt.in, nil), "%q", tt.in)
 	}
 }
 
-func TestRedactKnownValues(t *testing.T) {
+func TestTextKnownValues(t *testing.T) {
 	known := []string{"correct-horse-battery", "short", "correct-horse-battery", "battery-staple-42"}
 	for _, tt := range []struct{ in, want string }{
 		{"login with correct-horse-battery failed", "login with [REDACTED] failed"},
@@ -170,15 +177,16 @@ func TestRedactKnownValues(t *testing.T) {
 		// Known values go first: a pattern that took part of one would leave the rest.
 		{"password=Tr0ub4dor&3horse", "password=[REDACTED]"},
 	} {
-		assert.Equal(t, tt.want, Redact(tt.in, append(known, "Tr0ub4dor&3horse")...), "%q", tt.in)
+		assert.Equal(t, tt.want, Text(tt.in, append(known, "Tr0ub4dor&3horse"), 0), "%q", tt.in)
+		assert.Equal(t, tt.want != tt.in, IsSecret(tt.in, append(known, "Tr0ub4dor&3horse")), "%q", tt.in)
 	}
-	assert.Equal(t, Redact("pw sk-proj-AbCdEf1234567890"), Redact("pw sk-proj-AbCdEf1234567890", nil...))
+	assert.Equal(t, Text("pw sk-proj-AbCdEf1234567890", nil, 0), Text("pw sk-proj-AbCdEf1234567890", []string{}, 0))
 }
 
-// The secrets outside probes found past Redact: query parameters of more
+// The secrets outside probes found past the patterns: query parameters of more
 // names, cookie headers, a token after the word that names it, and a token
 // of 16 in a URL's path.
-func TestRedactMoreShapes(t *testing.T) {
+func TestTextMoreShapes(t *testing.T) {
 	for _, tt := range []struct{ name, in, want string }{
 		// Query parameters named auth, pwd, session, credential, jwt.
 		{"query auth", `Get "https://h/p?auth=s3cr3tvalue&x=1": dial tcp: connection refused`,
@@ -230,14 +238,16 @@ func TestRedactMoreShapes(t *testing.T) {
 		{"long path after a port", "http://h:8080/a/0123456789abcdef0123456789abcdef/x", "http://h:8080/a/[REDACTED]/x"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Redact(tt.in)
+			got := Text(tt.in, nil, 0)
 			assert.Equal(t, tt.want, got)
-			assert.Equal(t, got, Redact(got), "a second Redact changes nothing")
+			assert.Equal(t, got, Text(got, nil, 0), "a second Text changes nothing")
+			assert.Equal(t, got != tt.in, IsSecret(tt.in, nil))
+			assert.False(t, IsSecret(got, nil), "what Text wrote is no secret")
 		})
 	}
 }
 
-func TestRedactKeepsMoreOrdinaryText(t *testing.T) {
+func TestTextKeepsMoreOrdinaryText(t *testing.T) {
 	for _, s := range []string{
 		"token limit exceeded",
 		"credential expired",
@@ -264,6 +274,76 @@ func TestRedactKeepsMoreOrdinaryText(t *testing.T) {
 		// A file path is judged as text: only a URL's path is this strict.
 		"open /tmp/TestRunTaskCheckpoint2874651/001/task.json: permission denied",
 	} {
-		assert.Equal(t, s, Redact(s))
+		assert.Equal(t, s, Text(s, nil, 0))
+		assert.False(t, IsSecret(s, nil), "%q", s)
 	}
+}
+
+func TestKnown(t *testing.T) {
+	known := []string{"sk-live-0123456789", "tok-abcdefgh", "short"}
+	assert.Equal(t, "key [REDACTED] and [REDACTED], again [REDACTED], short",
+		Known("key sk-live-0123456789 and tok-abcdefgh, again sk-live-0123456789, short", known))
+	assert.Equal(t, "[REDACTED]", Known("sk-live-0123456789tok-abcdefgh"[:18+8], []string{"sk-live-0123456789", "9tok-abcdefgh"[:9]}),
+		"overlapping values become one [REDACTED]")
+	assert.Equal(t, "sk-proj-AbCdEf1234567890", Known("sk-proj-AbCdEf1234567890", known), "the patterns are not Known's")
+}
+
+// TestTextCap holds the cap to engine.Truncate's cut, made after the
+// redaction, and to no cut at all at 0.
+func TestTextCap(t *testing.T) {
+	s := strings.Repeat("é ", 10) + "key sk-proj-AbCdEf1234567890 and hunter2hunter2"
+	known := []string{"hunter2hunter2"}
+	for _, limit := range []int{1, 3, 10, 29, 30, 31, 40, 45, 1 << 10} {
+		got := Text(s, known, limit)
+		assert.Equal(t, engine.Truncate(Text(s, known, 0), limit), got, "limit %d", limit)
+		assert.LessOrEqual(t, len(got), max(limit, len("…")))
+		assert.True(t, utf8.ValidString(got))
+		assert.NotContains(t, got, "AbCdEf", "limit %d", limit)
+	}
+	assert.Equal(t, "é é …", Text(s, known, 10), "cut back to a character's start")
+	assert.Equal(t, "é é é é é é é é é é key sk-[REDACTED] and [REDACTED]", Text(s, known, 0), "no cut at 0")
+	plain := "nothing to redact here"
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = Text(plain, known, len(plain)) }))
+}
+
+// TestIsSecret holds IsSecret to Text: true exactly when Text changes the
+// text, also where a change gives back the same bytes, and without
+// allocating on text a pattern matches.
+func TestIsSecret(t *testing.T) {
+	for _, tt := range []struct {
+		in    string
+		known []string
+	}{
+		{"401 invalid_api_key: Incorrect API key provided: sk-proj-AbCdEf1234567890", nil},
+		{"503 server_error: The server had an error", nil},
+		{"password=[REDACTED]", nil},                                // a value [REDACTED] is replaced by the same bytes
+		{"Bearer [REDACTED] and sk-[REDACTED]", nil},                // so are these
+		{"x password=hunter2hunter2 y", []string{"hunter2hunter2"}}, // known, then the pattern on [REDACTED]
+		{"the key hunter2hunter2", []string{"hunter2hunter2"}},
+		{"the key hunter2hunter", []string{"hunter2hunter2"}},
+		{"password=[REDACTED]", []string{"REDACTED"}},                           // [[REDACTED]], then the pattern: the same bytes
+		{"see [REDACTED] here", []string{"[REDACTED]"}},                         // replaced by itself
+		{"see [REDACTED] here", []string{"[REDACTE", "EDACTED]"}},               // two that make one [REDACTED]
+		{"see [REDACTED]] here", []string{"[REDACTE", "EDACTED]", "ED]] here"}}, // not when the run goes on
+		{"see [REDACTED] here", []string{"[REDACTE"}},
+		{"short", []string{"short"}},
+	} {
+		text := Text(tt.in, tt.known, 0)
+		assert.Equal(t, text != tt.in, IsSecret(tt.in, tt.known), "IsSecret(%q, %q); Text = %q", tt.in, tt.known, text)
+		known := Known(tt.in, tt.known)
+		assert.Equal(t, known != tt.in, HasKnown(tt.in, tt.known), "HasKnown(%q, %q); Known = %q", tt.in, tt.known, known)
+		if !HasKnown(tt.in, tt.known) && !strings.Contains(strings.Join(tt.known, ""), "[") {
+			assert.Zero(t, testing.AllocsPerRun(10, func() { _ = IsSecret(tt.in, tt.known) }), "%q", tt.in)
+		}
+	}
+	assert.True(t, IsSecret("x hunter2hunter2 y", []string{"hunter2hunter2"}))
+	assert.False(t, IsSecret("password=[REDACTED]", []string{"REDACTED"}))
+	assert.False(t, HasKnown("see [REDACTED] here", []string{"[REDACTE", "EDACTED]"}))
+}
+
+func TestValue(t *testing.T) {
+	assert.Equal(t, "gpt-4o-mini-2024-07-18", Value("gpt-4o-mini-2024-07-18", nil))
+	assert.Equal(t, Redacted, Value("model-sk-proj-AbCdEf1234567890", nil), "the rest of a value with a secret names nothing")
+	assert.Equal(t, Redacted, Value("resp_hunter2hunter2", []string{"hunter2hunter2"}))
+	assert.Equal(t, "resp_abc", Value("resp_abc", []string{"hunter2hunter2"}))
 }

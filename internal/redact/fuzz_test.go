@@ -1,4 +1,4 @@
-package policies
+package redact
 
 import (
 	"strings"
@@ -23,7 +23,7 @@ const (
 )
 
 // secretShape is a secret as it appears in text and the part that must not
-// survive Redact.
+// survive Text.
 type secretShape struct{ text, body string }
 
 // draw maps raw onto the alphabet and pads it to at least n characters.
@@ -41,7 +41,7 @@ func draw(raw []byte, alphabet string, n int) string {
 // pick chooses one of the options by n.
 func pick(n uint8, options ...string) string { return options[int(n)%len(options)] }
 
-// makeSecret builds one of the shapes Redact must recognise from fuzz bytes.
+// makeSecret builds one of the shapes Text must recognise from fuzz bytes.
 // Every body holds a digit: the text around it (" ", "Bearer ", the URLs)
 // holds none, so a body found in the output is the secret's, unless the
 // fuzzed text around it holds it too.
@@ -78,7 +78,7 @@ func makeSecret(shape uint8, raw []byte) secretShape {
 		}
 		body := "v4" + draw(raw, valueChars, 2)
 		return secretShape{name + sep + body, body}
-	case 4: // an opaque token, not ending in a full stop, which Redact keeps
+	case 4: // an opaque token, not ending in a full stop, which Text keeps
 		body := opaqueHead + draw(raw, tokenChars, 15) + "Z"
 		return secretShape{body, body}
 	case 5: // a query parameter
@@ -138,27 +138,41 @@ func FuzzRedact(f *testing.F) {
 	f.Fuzz(func(t *testing.T, before, after string, shape uint8, raw []byte) {
 		secret := makeSecret(shape, raw)
 		in := before + " " + secret.text + " " + after
-		out := Redact(in)
+		out := Text(in, nil, 0)
 		// Neither the body nor its end, which a rule that stopped early
 		// would leave, is in the output, unless the text around has it.
 		for _, part := range []string{secret.body, secret.body[max(0, len(secret.body)-8):]} {
 			if !strings.Contains(before, part) && !strings.Contains(after, part) && strings.Contains(out, part) {
-				t.Fatalf("Redact(%q) = %q keeps %q of %q", in, out, part, secret.body)
+				t.Fatalf("Text(%q) = %q keeps %q of %q", in, out, part, secret.body)
 			}
 		}
-		if again := Redact(out); again != out {
-			t.Fatalf("Redact is not idempotent on %q:\n once: %q\ntwice: %q", in, out, again)
+		if IsSecret(in, nil) != (out != in) {
+			t.Fatalf("IsSecret(%q) disagrees with Text = %q", in, out)
 		}
-		if once := Redact(before); Redact(once) != once {
-			t.Fatalf("Redact is not idempotent on %q:\n once: %q\ntwice: %q", before, once, Redact(once))
+		if again := Text(out, nil, 0); again != out {
+			t.Fatalf("Text is not idempotent on %q:\n once: %q\ntwice: %q", in, out, again)
+		}
+		if once := Text(before, nil, 0); Text(once, nil, 0) != once {
+			t.Fatalf("Text is not idempotent on %q:\n once: %q\ntwice: %q", before, once, Text(once, nil, 0))
 		}
 
 		// A known value goes wherever it is, glued or not.
 		known := string(raw)
-		if len(known) >= 8 && !strings.ContainsAny(known, "[]") && !strings.Contains(redacted, known) {
+		if len(known) >= 8 && !strings.ContainsAny(known, "[]") && !strings.Contains(Redacted, known) {
 			in := before + known + after
-			if out := Redact(in, known); strings.Contains(out, known) {
+			if out := Text(in, []string{known}, 0); strings.Contains(out, known) {
 				t.Fatalf("redact(%q) with %q known = %q", in, known, out)
+			}
+		}
+		// IsSecret and HasKnown answer what Text and Known would do, whatever
+		// the known value holds.
+		for _, in := range []string{in, before, after} {
+			k := []string{known}
+			if out := Text(in, k, 0); IsSecret(in, k) != (out != in) {
+				t.Fatalf("IsSecret(%q, %q) disagrees with Text = %q", in, known, out)
+			}
+			if out := Known(in, k); HasKnown(in, k) != (out != in) {
+				t.Fatalf("HasKnown(%q, %q) disagrees with Known = %q", in, known, out)
 			}
 		}
 	})
