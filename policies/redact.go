@@ -92,26 +92,11 @@ func RedactValue(v string, known ...string) string { return redact.Value(v, know
 // layer returns must not find it there. It looks at as many errors as
 // AsAnswer does.
 func redactAPIErrors(err error, known []string) {
-	seen := 0
-	redactAPIChain(err, known, 0, &seen)
-}
-
-func redactAPIChain(err error, known []string, depth int, seen *int) {
-	for ; err != nil && depth < 16 && *seen < errchain.MaxLen; depth++ {
-		*seen++
-		if e, ok := err.(*Error); ok {
+	var c errchain.Chain
+	c.Add(err)
+	for _, e := range c.All() {
+		if e, ok := e.(*Error); ok {
 			e.Code, e.Message = redact.Known(e.Code, known), redact.Known(e.Message, known)
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				redactAPIChain(e, known, depth+1, seen)
-			}
-			return
-		default:
-			return
 		}
 	}
 }
