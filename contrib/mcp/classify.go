@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"strconv"
 	"strings"
@@ -183,7 +184,9 @@ func classifyErr(ctx context.Context, method string, err error, n *note, restart
 		switch {
 		case errors.As(err, &syntax):
 			return closed(err, true, restartable)
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, fs.ErrClosed):
+			// The pipe's end, or our end of it closed once the process
+			// exited: which one the reader sees first is a race.
 			return closed(err, false, restartable)
 		}
 	}

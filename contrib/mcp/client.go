@@ -273,9 +273,11 @@ func (c *Client) exchange(ctx context.Context, r *request) (mcp.Result, error) {
 	if err != nil && r.method == methodDiscover && declinedDiscovery(err, n) {
 		r.declined, err = err, nil
 	}
-	if err != nil && (n.undelivered() != nil || errors.Is(err, mcp.ErrConnectionClosed)) {
+	if err != nil && (n.undelivered() != nil || errors.Is(err, mcp.ErrConnectionClosed) && !n.delivered()) {
 		// Nothing was written: the SDK refused it on a closed session, or
-		// the transport found no one to take it.
+		// the transport found no one to take it. A request that went out
+		// before the session closed beneath it may have reached the server:
+		// it is counted.
 		err = middleware.Unsent(err)
 	}
 	r.result = res

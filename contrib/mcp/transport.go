@@ -85,6 +85,10 @@ type note struct {
 	// lost is why the request never reached the server: the connection
 	// was refused, the pipe's write failed.
 	lost error
+	// written: the request went out (the pipe took it, or an HTTP
+	// connection carried it), so the server may have received it whatever
+	// the SDK says of the session afterwards.
+	written bool
 	// ended is how the transport saw the session end beneath the request:
 	// the answer's stream cut, its resumption refused.
 	ended error
@@ -151,6 +155,26 @@ func (n *note) lose(err error) {
 	if n.lost == nil {
 		n.lost = err
 	}
+}
+
+// wrote records that the request went out on a connection.
+func (n *note) wrote() {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	n.written = true
+	n.mu.Unlock()
+}
+
+// delivered reports whether the request went out on a connection.
+func (n *note) delivered() bool {
+	if n == nil {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.written
 }
 
 // undelivered is why the request never reached the server, nil when it
@@ -228,7 +252,11 @@ func (c *pipeConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}
 	}
 	err := c.Connection.Write(ctx, msg)
-	if err != nil && n != nil && ctx.Err() == nil {
+	switch {
+	case n == nil:
+	case err == nil:
+		n.wrote()
+	case ctx.Err() == nil:
 		// The pipe would not take it: the server's process has gone, and
 		// nothing of the request reached it.
 		n.lose(err)
@@ -332,14 +360,17 @@ func (rt *roundTripper) post(req *http.Request, n *note) (*http.Response, error)
 	resp, err := rt.base.RoundTrip(req)
 	kv := append([]attribute.KeyValue(nil), rt.kv...)
 	switch {
-	case err == nil, req.Context().Err() != nil:
+	case err == nil:
+		n.wrote()
+	case req.Context().Err() != nil:
 	case refused(err):
 		// No connection, so no byte of the request reached a server.
 		n.lose(err)
 	default:
 		// The connection broke before the server answered (its process
 		// died, it was reset): as the pipe's end over stdio, the session
-		// ended with it.
+		// ended with it. The request may have reached the server.
+		n.wrote()
 		n.end(fmt.Errorf("the request's connection broke: %w", err), false)
 	}
 	if resp != nil {
