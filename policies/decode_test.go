@@ -205,3 +205,12 @@ func TestDecodedRetryAfter(t *testing.T) {
 	assert.Equal(t, Transient, c.Class)
 	assert.Equal(t, 3*time.Second, c.RetryAfter)
 }
+
+// An error event that says nothing still reads as a provider's answer: its
+// text is "api error", never empty, and a stream that failed without a
+// word may answer the next time.
+func TestEmptyErrorEventIsAnAnswer(t *testing.T) {
+	e := ErrorEventFrom([]byte(`{}`))
+	assert.Equal(t, "api error", e.Error())
+	assert.Equal(t, Transient, Classify(e).Class)
+}

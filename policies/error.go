@@ -79,7 +79,7 @@ func (e *Error) Error() string {
 		// A dropped stream's text is the provider's words, possibly none:
 		// an empty message is what the rules of a dropped stream read.
 		return e.Message
-	case e.StatusCode != 0 || e.Code != "" || e.Class == "" && e.Message != "":
+	case e.StatusCode != 0 || e.Code != "" || e.answer():
 		return redact.Text(e.text(), nil, 0)
 	case e.Message != "":
 		return e.Message
