@@ -11,6 +11,8 @@ import (
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // FleetWorker is one worker of a fleet: it makes Calls logical calls, Every
@@ -22,8 +24,8 @@ type FleetWorker struct {
 	Name    string // the breaker's name: workers of one name share it
 	Calls   int
 	Every   time.Duration
-	State   policies.State // nil → a breaker of this worker's own
-	Rate    bool           // the breaker opens on RateBreaker's failure rate
+	State   state.State // nil → a breaker of this worker's own
+	Rate    bool        // the breaker opens on RateBreaker's failure rate
 	Clock   clock.Clock
 	Options []middleware.Option // the layer's (a tracer provider)
 	Call    func(ctx context.Context) error
@@ -83,11 +85,11 @@ func OutcomeOf(err error) string {
 	fe, ok := errors.AsType[*policies.Error](err)
 	switch {
 	case err == nil:
-		return string(policies.OutcomeSuccess)
+		return string(telemetry.OutcomeSuccess)
 	case ok && fe.Outcome != "":
 		return string(fe.Outcome)
 	case errors.Is(err, circuitbreaker.ErrOpen), errors.Is(err, bulkhead.ErrFull):
-		return string(policies.OutcomeRejected)
+		return string(telemetry.OutcomeRejected)
 	}
 	return "unknown"
 }

@@ -169,9 +169,9 @@ func newSim(cfg StormConfig) *sim {
 	if cfg.Strategy == JitterBreaker {
 		s.breaker = executor[interface{ Engine() *engine.Breaker }](policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Clock: clk})).Engine()
 	}
-	var st policies.State
+	var st state.State
 	if cfg.Strategy == SharedFleet || cfg.Strategy == SharedRateFleet {
-		st = policies.NewMemoryState()
+		st = state.NewMemory()
 	}
 	for range cfg.Clients {
 		ctx := context.Background()

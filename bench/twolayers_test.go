@@ -61,7 +61,7 @@ var twoLayerVariants = []twoLayers{
 var retraceRoot = []attribute.KeyValue{
 	telemetry.Layer.String("runtime"),
 	telemetry.Attempts.Int(runtimeAttempts),
-	telemetry.Outcome.String(string(policies.OutcomeFailedExhausted)),
+	telemetry.Outcome.String(string(telemetry.OutcomeFailedExhausted)),
 	telemetry.Calls.Int64(leafCalls),
 	telemetry.CallsWorstCase.Int64(leafCalls),
 }

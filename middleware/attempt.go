@@ -61,7 +61,7 @@ func (c *call[Req, Resp]) Refusal() error {
 
 func (c *call[Req, Resp]) Done(n int, err error, d engine.Decision) {
 	c.noteState(c.fctx.Context, c.current(), d.State)
-	if d.Outcome == string(policies.OutcomeBudgetExhausted) {
+	if d.Outcome == string(telemetry.OutcomeBudgetExhausted) {
 		c.meter.refused(c.fctx.Context)
 	}
 	var cls policies.Classification

@@ -141,7 +141,7 @@ func (b *bound[Req, Resp]) serve(ctx context.Context, req Req) (Resp, error) {
 
 // ending is how a call ended, once its verdict is in.
 type ending[Resp any] struct {
-	outcome  policies.Outcome
+	outcome  string
 	attempts int
 	cls      policies.Classification
 	err      error
@@ -177,13 +177,13 @@ func (c *call[Req, Resp]) placeFrame(parent *frame) {
 // verdict is how the call ended: its outcome, its attempts, the
 // classification on its span, and the error it returns (the layer's
 // stop, a *policies.Error, when its retry gave up).
-func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (policies.Outcome, int, policies.Classification, error) {
+func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (string, int, policies.Classification, error) {
 	l := c.l
-	outcome, attempts := policies.OutcomeSuccess, max(c.attempts, 1)
+	outcome, attempts := telemetry.OutcomeSuccess, max(c.attempts, 1)
 	var cls policies.Classification
 	switch {
 	case c.looped != "":
-		outcome, attempts, cls = policies.Outcome(c.looped), c.attempts, c.lastCls()
+		outcome, attempts, cls = string(c.looped), c.attempts, c.lastCls()
 		if f := c.fail; f != nil && f.reported {
 			err = l.judge.Fail(c.secretCtx(ctx), l.name, f.report, cls)
 			cls = policies.Classify(err) // the failure's own: canceled when the caller ended it
@@ -197,7 +197,7 @@ func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (policies.Outc
 			cls = policies.Classify(err)
 		}
 	case c.attempts > 1:
-		outcome = policies.OutcomeSuccessAfterRetry
+		outcome = telemetry.OutcomeSuccessAfterRetry
 	}
 	return outcome, attempts, cls, err
 }
@@ -205,34 +205,34 @@ func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (policies.Outc
 // outcome is how a call whose error did not come out of retrace's retry
 // loop ends: a policy before the loop refused it, a failsafe-go retry policy
 // gave up, or the layer does not retry.
-func (l *layer[Req, Resp]) outcome(ctx context.Context, c *call[Req, Resp], err error, cls policies.Classification) policies.Outcome {
+func (l *layer[Req, Resp]) outcome(ctx context.Context, c *call[Req, Resp], err error, cls policies.Classification) string {
 	if o, ok := outcomeOf(err); ok {
 		return o
 	}
 	switch {
 	case ctx.Err() != nil:
-		return policies.OutcomeCanceled
+		return telemetry.OutcomeCanceled
 	case c.rejected:
-		return policies.OutcomeRejected
+		return telemetry.OutcomeRejected
 	case c.budgetOut, errors.Is(err, budget.ErrExceeded):
-		return policies.OutcomeBudgetExhausted
+		return telemetry.OutcomeBudgetExhausted
 	case l.foreignRetry && (cls.Class == policies.Unknown || cls.Class == policies.Transient):
-		return policies.OutcomeFailedExhausted // failsafe-go's retry policy retries every error
+		return telemetry.OutcomeFailedExhausted // failsafe-go's retry policy retries every error
 	}
 	if !l.retrying() {
 		// A layer that makes one attempt over a layer that gave up ends as
 		// that layer did: its outcome is carried up, not guessed again from
 		// the class (a session that ran out of attempts beneath an agent
 		// loop exhausted them; the loop did not fail once).
-		if fe, ok := errors.AsType[*policies.Error](err); ok && fe.Outcome.Failed() {
+		if fe, ok := errors.AsType[*policies.Error](err); ok && fe.Outcome != "" { // an error carries an outcome only once a layer stopped on it: a failure
 			return fe.Outcome
 		}
 	}
-	return policies.Outcome(engine.StopOutcome(string(cls.Class)))
+	return string(engine.StopOutcome(string(cls.Class)))
 }
 
-func causeIf(ctx context.Context, o policies.Outcome) error {
-	if o == policies.OutcomeCanceled {
+func causeIf(ctx context.Context, o string) error {
+	if o == telemetry.OutcomeCanceled {
 		return context.Cause(ctx)
 	}
 	return nil
@@ -243,7 +243,7 @@ func causeIf(ctx context.Context, o policies.Outcome) error {
 // the outermost layer the counts. A call that succeeded at its first
 // attempt, as most do, sets the layer's attributes made for it beforehand
 // (okAttrs), the same endAttrs would make.
-func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome policies.Outcome, attempts int, cls policies.Classification, err error) {
+func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome string, attempts int, cls policies.Classification, err error) {
 	root := c.frame.parent == nil
 	var n spanCounts
 	if root {
@@ -286,7 +286,7 @@ type spanCounts struct{ calls, untraced, uncounted, worst int64 }
 // its failure aside: the layer, its depth and outcome; for a retrying
 // layer its limit, attempts and diagnosis; the task budget left (left ≥ 0:
 // the call ran under one); and on the outermost layer (root) the counts n.
-func (l *layer[Req, Resp]) endAttrs(attrs []attribute.KeyValue, depth int, outcome policies.Outcome, attempts int, err error, left int, root bool, n spanCounts) []attribute.KeyValue {
+func (l *layer[Req, Resp]) endAttrs(attrs []attribute.KeyValue, depth int, outcome string, attempts int, err error, left int, root bool, n spanCounts) []attribute.KeyValue {
 	attrs = append(attrs, telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(depth),
 		telemetry.Outcome.String(string(outcome)))
 	if l.retrying() {
@@ -296,10 +296,10 @@ func (l *layer[Req, Resp]) endAttrs(attrs []attribute.KeyValue, depth int, outco
 		attrs = append(attrs, telemetry.Attempts.Int(attempts))
 		if fe, ok := err.(*policies.Error); ok && fe.Outcome != "" {
 			attrs = append(attrs, telemetry.Diagnosis.String(fe.Diagnosis()))
-		} else if outcome == policies.OutcomeSuccessAfterRetry {
+		} else if outcome == telemetry.OutcomeSuccessAfterRetry {
 			attrs = append(attrs, telemetry.Diagnosis.String("succeeded on attempt "+strconv.Itoa(attempts)))
 		}
-	} else if fe, own := errors.AsType[*policies.Error](err); own && fe.Outcome == policies.OutcomeStepLimit {
+	} else if fe, own := errors.AsType[*policies.Error](err); own && fe.Outcome == telemetry.OutcomeStepLimit {
 		// A handler that ends the layer with an outcome of its own (an agent
 		// loop's step limit) says why, though the layer made no attempts.
 		attrs = append(attrs, telemetry.Diagnosis.String(fe.Diagnosis()))
@@ -344,9 +344,9 @@ func (l *layer[Req, Resp]) makeOK() {
 	if l.frameAttempts > 0 {
 		o.rootWorst = int64(l.frameAttempts)
 	}
-	o.root = slices.Clip(l.endAttrs(nil, 0, policies.OutcomeSuccess, 1, nil, -1, true, spanCounts{calls: 1, worst: o.rootWorst}))
+	o.root = slices.Clip(l.endAttrs(nil, 0, telemetry.OutcomeSuccess, 1, nil, -1, true, spanCounts{calls: 1, worst: o.rootWorst}))
 	for d := range o.nested {
-		o.nested[d] = slices.Clip(l.endAttrs(nil, d, policies.OutcomeSuccess, 1, nil, -1, false, spanCounts{}))
+		o.nested[d] = slices.Clip(l.endAttrs(nil, d, telemetry.OutcomeSuccess, 1, nil, -1, false, spanCounts{}))
 	}
 	if l.retry != nil {
 		for n := 1; n <= min(l.maxAttempts, okAttempts); n++ {
@@ -357,9 +357,9 @@ func (l *layer[Req, Resp]) makeOK() {
 
 // of returns the layer span's attributes made beforehand for a call that
 // ended so, nil if none were.
-func (o *okAttrs) of(depth int, outcome policies.Outcome, attempts int, root bool, n spanCounts) []attribute.KeyValue {
+func (o *okAttrs) of(depth int, outcome string, attempts int, root bool, n spanCounts) []attribute.KeyValue {
 	switch {
-	case outcome != policies.OutcomeSuccess || attempts != 1:
+	case outcome != telemetry.OutcomeSuccess || attempts != 1:
 		return nil
 	case root:
 		if n != (spanCounts{calls: 1, worst: o.rootWorst}) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/policies"
 	"go.opentelemetry.io/otel/trace"
@@ -42,7 +43,7 @@ func (l *layer[Req, Resp]) foreignStep(ps []policy[Resp], next step[Req, Resp]) 
 					c.meter.refused(ctx)
 					cancel()
 					var zero Resp
-					return zero, policies.ErrBudgetExhausted
+					return zero, budget.ErrExceeded
 				}
 			}
 			resp, err := c.foreignAttempt(e.Context(), n, next, req)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/internal/redact"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -91,7 +92,7 @@ type genAIInstruments struct {
 
 // genAIKeys are the layer attributes the GenAI metrics carry: the
 // conventions' low-cardinality ones.
-var genAIKeys = []attribute.Key{telemetry.GenAIOperation, telemetry.GenAIProvider, telemetry.GenAIRequestModel, telemetry.ServerAddress}
+var genAIKeys = []attribute.Key{semconv.GenAIOperation, semconv.GenAIProvider, semconv.GenAIRequestModel, semconv.ServerAddress}
 
 func newGenAIInstruments(m metric.Meter, attrs []attribute.KeyValue) *genAIInstruments {
 	g := &genAIInstruments{}
@@ -112,8 +113,8 @@ func newGenAIInstruments(m metric.Meter, attrs []attribute.KeyValue) *genAIInstr
 		return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(append([]attribute.KeyValue{}, g.base...), kv...)...))}
 	}
 	g.ok = with()
-	g.input = with(telemetry.TokenType.String(telemetry.TokenInput))
-	g.output = with(telemetry.TokenType.String(telemetry.TokenOutput))
+	g.input = with(semconv.TokenType.String(semconv.TokenInput))
+	g.output = with(semconv.TokenType.String(semconv.TokenOutput))
 	return g
 }
 
@@ -128,7 +129,7 @@ func (g *genAIInstruments) record(ctx context.Context, d time.Duration, errType 
 		v, ok := g.failed.Load(errType)
 		if !ok {
 			v, _ = g.failed.LoadOrStore(errType, []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
-				append(append([]attribute.KeyValue{}, g.base...), telemetry.ErrorType.String(errType))...))})
+				append(append([]attribute.KeyValue{}, g.base...), semconv.ErrorType.String(errType))...))})
 		}
 		opts = v.([]metric.RecordOption)
 	}

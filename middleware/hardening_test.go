@@ -13,6 +13,7 @@ import (
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // nilErr is an error type whose Error method dereferences its receiver: a
@@ -85,7 +86,7 @@ func TestCancelRightAfterAFailure(t *testing.T) {
 	assert.Equal(t, policies.Canceled, policies.Classify(err).Class)
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, policies.OutcomeCanceled, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeCanceled, fe.Outcome)
 	var api *policies.Error
 	assert.True(t, errors.As(err, &api), "the attempt's own error is kept beneath")
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/internal/instrument"
-	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -28,24 +27,20 @@ type instruments struct {
 	refusals    metric.Int64Counter
 	transitions metric.Int64Counter
 	state       metric.Int64Gauge
-	byOutcome   map[policies.Outcome][]metric.AddOption
+	byOutcome   map[string][]metric.AddOption
 	layerAdd    []metric.AddOption
 	layerRecord []metric.RecordOption
 	genai       *genAIInstruments // nil unless the layer has WithGenAIMetrics
 }
 
-var allOutcomes = []policies.Outcome{
-	policies.OutcomeSuccess, policies.OutcomeSuccessAfterRetry, policies.OutcomeFailedPermanent,
-	policies.OutcomeFailedFatal, policies.OutcomeFailedUnknown, policies.OutcomeFailedTransient,
-	policies.OutcomeFailedUserAction, policies.OutcomeFailedExhausted, policies.OutcomeRejected, policies.OutcomeCanceled, policies.OutcomeStepLimit,
-}
+var allOutcomes = []string{telemetry.OutcomeSuccess, telemetry.OutcomeSuccessAfterRetry, telemetry.OutcomeFailedPermanent, telemetry.OutcomeFailedFatal, telemetry.OutcomeFailedUnknown, telemetry.OutcomeFailedTransient, telemetry.OutcomeFailedUserAction, telemetry.OutcomeFailedExhausted, telemetry.OutcomeRejected, telemetry.OutcomeCanceled, telemetry.OutcomeStepLimit}
 
 func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instruments {
 	m := mp.Meter(scope, meterScopeOpts...)
 	set := attribute.NewSet(telemetry.Layer.String(layer))
 	in := &instruments{
 		mp:          mp,
-		byOutcome:   make(map[policies.Outcome][]metric.AddOption, len(allOutcomes)),
+		byOutcome:   make(map[string][]metric.AddOption, len(allOutcomes)),
 		layerAdd:    []metric.AddOption{metric.WithAttributeSet(set)},
 		layerRecord: []metric.RecordOption{metric.WithAttributeSet(set)},
 	}
@@ -73,7 +68,7 @@ func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instrume
 }
 
 // record records the end of a call through the layer.
-func (in *instruments) record(ctx context.Context, outcome policies.Outcome, attempts int, retrying bool) {
+func (in *instruments) record(ctx context.Context, outcome string, attempts int, retrying bool) {
 	if in.calls != nil {
 		if opt, ok := in.byOutcome[outcome]; ok {
 			in.calls.Add(ctx, 1, opt...)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/instrument"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -197,8 +198,8 @@ func TestMetricsGenAI(t *testing.T) {
 	type reply struct{ in, out int }
 	fail := false
 	h := middleware.Layer[string, reply]("model", []middleware.Option{mo,
-		middleware.WithAttributes(telemetry.GenAIOperation.String("chat"), telemetry.GenAIProvider.String("openai"),
-			telemetry.GenAIRequestModel.String("gpt-4o-mini"), telemetry.GenAIToolName.String("not a metric attribute")),
+		middleware.WithAttributes(semconv.GenAIOperation.String("chat"), semconv.GenAIProvider.String("openai"), semconv.GenAIRequestModel.
+			String("gpt-4o-mini"), semconv.GenAIToolName.String("not a metric attribute")),
 		middleware.WithGenAIMetrics(func(r reply) (int, int) { return r.in, r.out }),
 	}...)(func(context.Context, string) (reply, error) {
 		if fail {
@@ -251,7 +252,7 @@ func TestGenAIErrorTypeBounded(t *testing.T) {
 	require.True(t, ok)
 	types := map[string]uint64{}
 	for _, dp := range h.DataPoints {
-		v, _ := dp.Attributes.Value(telemetry.ErrorType)
+		v, _ := dp.Attributes.Value(semconv.ErrorType)
 		types[v.AsString()] += dp.Count
 	}
 	assert.Equal(t, map[string]uint64{"insufficient_quota": 1, "503": 1, "_OTHER": 9_998}, types)

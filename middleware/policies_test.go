@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -96,7 +97,7 @@ func TestNestedLayersMultiply(t *testing.T) {
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, "runtime", fe.Layer)
-	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, fe.Outcome)
 	var api *policies.Error
 	require.ErrorAs(t, err, &api, "the provider's error is reachable through both layers")
 	assert.Equal(t, 503, api.StatusCode)
@@ -150,7 +151,7 @@ func TestTransientThenSuccess(t *testing.T) {
 	assert.Equal(t, int64(1), num(first, telemetry.Attempt))
 	assert.Equal(t, codes.Error, first.Status().Code)
 	assert.Equal(t, "transient", str(first, telemetry.ErrorClass))
-	assert.Equal(t, "overloaded_error", str(first, telemetry.ErrorType))
+	assert.Equal(t, "overloaded_error", str(first, semconv.ErrorType))
 	assert.Equal(t, int64(2), num(second, telemetry.Attempt))
 	assert.Equal(t, int64(1000), num(second, telemetry.RetryDelayMs))
 	assert.NotEqual(t, codes.Error, second.Status().Code)
@@ -264,7 +265,7 @@ func TestTaskBudgetSharedByTools(t *testing.T) {
 			spans := layerSpans(rec, name)
 			outcomes = append(outcomes, str(spans[round], telemetry.Outcome))
 			if round == 1 {
-				require.ErrorIs(t, err, policies.ErrBudgetExhausted)
+				require.ErrorIs(t, err, budget.ErrExceeded)
 				assert.Contains(t, str(spans[round], telemetry.Diagnosis), "retry budget exhausted after 1 attempt (the task's retry budget of 6 is spent)")
 				assert.Equal(t, int64(0), num(spans[round], telemetry.BudgetLeft))
 			}
@@ -471,7 +472,7 @@ func TestAttemptTimeoutIsTransient(t *testing.T) {
 	attempts := attemptSpans(rec, "model")
 	require.Len(t, attempts, 2)
 	assert.Equal(t, "transient", str(attempts[0], telemetry.ErrorClass))
-	assert.Equal(t, "attempt_timeout", str(attempts[0], telemetry.ErrorType))
+	assert.Equal(t, "attempt_timeout", str(attempts[0], semconv.ErrorType))
 	assert.Len(t, policySpans(rec, telemetry.PolicyTimeout), 1)
 }
 
@@ -517,7 +518,7 @@ func TestFailsafeBudget(t *testing.T) {
 	leaf, calls := counting(errOverloaded)
 	p := policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3, Budget: b, Clock: clock.NewVirtual(epoch)})
 	_, err := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](p)}, []middleware.Option{tp}...)...)(leaf)(context.Background(), "x")
-	require.ErrorIs(t, err, policies.ErrBudgetExhausted)
+	require.ErrorIs(t, err, budget.ErrExceeded)
 	assert.Equal(t, int64(1), calls.Load())
 	assert.Equal(t, "budget_exhausted", str(layerSpans(rec, "tool")[0], telemetry.Outcome))
 }

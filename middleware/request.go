@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/redact"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -88,7 +89,7 @@ func (r *request) handOff(ctx context.Context, c *call[*exchange, *http.Response
 // success, or with the failure the body ended with (a stream dropped, the
 // caller's end, an error event the provider sent).
 func endBody(ctx context.Context, c *call[*exchange, *http.Response], err error, attempts int) {
-	v := ending[*http.Response]{outcome: policies.OutcomeSuccess, attempts: attempts, err: err}
+	v := ending[*http.Response]{outcome: telemetry.OutcomeSuccess, attempts: attempts, err: err}
 	if err != nil {
 		v.cls = c.classify(ctx, err)
 		v.outcome = c.l.outcome(ctx, c, err, v.cls)
@@ -131,7 +132,7 @@ func (t *transport) send(ctx context.Context, x *exchange) (*http.Response, erro
 		return nil, err
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		span.SetAttributes(telemetry.HTTPStatusCode.Int(resp.StatusCode))
+		span.SetAttributes(semconv.HTTPStatusCode.Int(resp.StatusCode))
 	}
 	if resp.StatusCode < 400 {
 		return resp, nil
@@ -162,16 +163,16 @@ func requestSpan(r *http.Request, resend int, attrs []attribute.KeyValue) (strin
 	}
 	kv := make([]attribute.KeyValue, 0, len(attrs)+5)
 	kv = append(kv, attrs...)
-	kv = append(kv,
-		telemetry.HTTPMethod.String(method),
-		telemetry.URLFull.String(safeURL(r.URL)),
-		telemetry.ServerAddress.String(r.URL.Hostname()),
+	kv = append(kv, semconv.HTTPMethod.
+		String(method), semconv.URLFull.
+		String(safeURL(r.URL)), semconv.ServerAddress.
+		String(r.URL.Hostname()),
 	)
 	if port := serverPort(r.URL); port > 0 {
-		kv = append(kv, telemetry.ServerPort.Int(port))
+		kv = append(kv, semconv.ServerPort.Int(port))
 	}
 	if resend >= 0 {
-		kv = append(kv, telemetry.HTTPResendCount.Int(resend))
+		kv = append(kv, semconv.HTTPResendCount.Int(resend))
 	}
 	return method, []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(kv...)}
 }

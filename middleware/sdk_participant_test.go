@@ -18,9 +18,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/retrace-go/retrace/internal/failure"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // ownStream is a user's own streaming call through openai-go with
@@ -75,12 +77,12 @@ func TestSDKNotToldToResendAFatalAnswer(t *testing.T) {
 		name     string
 		fault    retracetest.Fault
 		requests int
-		outcome  policies.Outcome
+		outcome  string
 	}{
-		{"quota", retracetest.InsufficientQuota(), 1, policies.OutcomeFailedFatal},
-		{"invalid key", retracetest.InvalidAPIKey(), 1, policies.OutcomeFailedPermanent},
-		{"overflow", retracetest.ContextOverflow(), 1, policies.OutcomeFailedPermanent},
-		{"503", down503(), 3, policies.OutcomeFailedExhausted},
+		{"quota", retracetest.InsufficientQuota(), 1, telemetry.OutcomeFailedFatal},
+		{"invalid key", retracetest.InvalidAPIKey(), 1, telemetry.OutcomeFailedPermanent},
+		{"overflow", retracetest.ContextOverflow(), 1, telemetry.OutcomeFailedPermanent},
+		{"503", down503(), 3, telemetry.OutcomeFailedExhausted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := started(t, retracetest.Always(tc.fault))
@@ -140,7 +142,7 @@ func TestSDKStreamWithoutItsTerminatorIsDropped(t *testing.T) {
 		srv := started(t, retracetest.Always(retracetest.StreamEOF(1)))
 		_, tp := recorder(t)
 		_, err := ownStream(t, srv, 0, 1, []middleware.Option{tp}, nil)
-		se, ok := policies.Underlying(err).(*policies.Error)
+		se, ok := failure.Underlying(err).(*policies.Error)
 		require.True(t, ok, "%v", err)
 		assert.Equal(t, "stream_dropped", se.Type)
 		assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
@@ -165,7 +167,7 @@ func TestSDKAnthropicStreamWithoutMessageStop(t *testing.T) {
 		}
 		return "", stream.Err()
 	})(context.Background(), "hello")
-	se, ok := policies.Underlying(err).(*policies.Error)
+	se, ok := failure.Underlying(err).(*policies.Error)
 	require.True(t, ok, "%v", err)
 	assert.Contains(t, se.Err.Error(), "without message_stop")
 	assert.Equal(t, "stream_dropped", policies.Classify(err).Type)

@@ -13,10 +13,10 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // url.full holds no key or token the request's path or query names carry:
@@ -147,9 +147,9 @@ func TestEndAttributesHoldNoSecrets(t *testing.T) {
 				}
 			}
 			require.NotNil(t, chat)
-			model, _ := spanAttr(chat, telemetry.GenAIResponseModel)
-			id, _ := spanAttr(chat, telemetry.GenAIResponseID)
-			reasons, _ := spanAttr(chat, telemetry.GenAIFinishReasons)
+			model, _ := spanAttr(chat, semconv.GenAIResponseModel)
+			id, _ := spanAttr(chat, semconv.GenAIResponseID)
+			reasons, _ := spanAttr(chat, semconv.GenAIFinishReasons)
 			require.Len(t, reasons.AsStringSlice(), 1)
 			assert.Equal(t, tt.want, [3]string{model.AsString(), id.AsString(), reasons.AsStringSlice()[0]})
 			for _, kv := range chat.Attributes() {

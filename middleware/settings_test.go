@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -97,11 +98,11 @@ func TestPlainRetryPolicyUnderTaskBudget(t *testing.T) {
 	_, err := h(ctx, "x")
 	require.Error(t, err)
 	assert.Equal(t, int64(2), calls.Load(), "the first call and the one retry the budget allows")
-	assert.ErrorIs(t, err, policies.ErrBudgetExhausted)
+	assert.ErrorIs(t, err, budget.ErrExceeded)
 	var api *policies.Error
 	assert.ErrorAs(t, err, &api, "the last real error is kept")
 	l := layerSpans(rec, "tool")[0]
-	assert.Equal(t, string(policies.OutcomeBudgetExhausted), str(l, telemetry.Outcome))
+	assert.Equal(t, string(telemetry.OutcomeBudgetExhausted), str(l, telemetry.Outcome))
 	assert.Equal(t, int64(2), num(l, telemetry.Calls))
 }
 
@@ -124,7 +125,7 @@ func TestOuterRetryStopsOnLongCoolDown(t *testing.T) {
 	assert.Equal(t, epoch, clk.Now())
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, policies.OutcomeRejected, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeRejected, fe.Outcome)
 	assert.Equal(t, 2, fe.Attempts)
 	assert.Contains(t, fe.Diagnosis(), "a circuit beneath stays open for another 1m0s, longer than the 30s this layer waits")
 	assert.Equal(t, "rejected", str(layerSpans(rec, "runtime")[0], telemetry.Outcome))
@@ -181,7 +182,7 @@ func TestNoRetryLayerPassesErrorsThrough(t *testing.T) {
 	_, err := h(context.Background(), "x")
 	assert.Same(t, weird, err)
 	l := layerSpans(rec, "model")[0]
-	assert.Equal(t, string(policies.OutcomeFailedUnknown), str(l, telemetry.Outcome))
+	assert.Equal(t, string(telemetry.OutcomeFailedUnknown), str(l, telemetry.Outcome))
 	_, hasAttempts := attr(l, telemetry.Attempts)
 	assert.False(t, hasAttempts)
 	_, hasDiagnosis := attr(l, telemetry.Diagnosis)
@@ -191,7 +192,7 @@ func TestNoRetryLayerPassesErrorsThrough(t *testing.T) {
 	_, err = h2(context.Background(), "x")
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, policies.OutcomeFailedUnknown, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedUnknown, fe.Outcome)
 	assert.Equal(t, 1, fe.Attempts, "a session does not retry what it does not know")
 	assert.NotContains(t, err.Error(), "permanently")
 	assert.Contains(t, err.Error(), "no rule recognises")
@@ -210,7 +211,7 @@ func TestFailsafeWithUsesTheSameEngine(t *testing.T) {
 	})
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, policies.OutcomeRejected, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeRejected, fe.Outcome)
 	assert.Equal(t, 1, calls)
 	assert.Empty(t, clk.Slept())
 }

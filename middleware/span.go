@@ -12,7 +12,9 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/failure"
 	"github.com/retrace-go/retrace/internal/redact"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -35,7 +37,7 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 	if t == "" {
 		t = telemetry.ErrorTypeOther
 	}
-	attrs = append(attrs, telemetry.ErrorClass.String(string(c.Class)), telemetry.ErrorType.String(t))
+	attrs = append(attrs, telemetry.ErrorClass.String(string(c.Class)), semconv.ErrorType.String(t))
 	if c.Reason != "" {
 		attrs = append(attrs, telemetry.ErrorReason.String(c.Reason))
 	}
@@ -72,7 +74,7 @@ func (m *statusMemo) of(known []string, err error) string {
 	if err == nil {
 		return ""
 	}
-	e := policies.Underlying(err)
+	e := failure.Underlying(err)
 	// Only pointers are compared: an error of another kind may not be
 	// comparable, and == on it would panic.
 	if m.err != nil && reflect.TypeOf(e).Kind() == reflect.Pointer && reflect.TypeOf(m.err) == reflect.TypeOf(e) && m.err == e {
@@ -96,8 +98,8 @@ func circuitState(s circuitbreaker.State) string {
 // outcomeOf is the outcome an error ends every layer it crosses with,
 // whatever the layer's attempts: an agent loop's step limit, the last cost
 // boundary, which no layer's retrying changes.
-func outcomeOf(err error) (policies.Outcome, bool) {
-	if e, ok := errors.AsType[*policies.Error](err); ok && e.Outcome == policies.OutcomeStepLimit {
+func outcomeOf(err error) (string, bool) {
+	if e, ok := errors.AsType[*policies.Error](err); ok && e.Outcome == telemetry.OutcomeStepLimit {
 		return e.Outcome, true
 	}
 	return "", false

@@ -13,6 +13,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/failure"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/policies/state"
 	"github.com/retrace-go/retrace/telemetry"
@@ -83,7 +84,7 @@ func isUnsent(err error) bool {
 func callHandler[Req, Resp any](ctx context.Context, next Handler[Req, Resp], req Req) (resp Resp, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = policies.Recovered(v, debug.Stack())
+			err = failure.Recovered(v, debug.Stack())
 		}
 	}()
 	return next(ctx, req)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -48,7 +49,7 @@ func TestUnsentCallsAreNotCounted(t *testing.T) {
 	require.Len(t, attempts, 2)
 	assert.Equal(t, telemetry.UncountedUnsent, str(attempts[0], telemetry.Uncounted))
 	assert.Equal(t, "transient", str(attempts[0], telemetry.ErrorClass), "Unsent keeps the class")
-	assert.Equal(t, "connection_closed", str(attempts[0], telemetry.ErrorType))
+	assert.Equal(t, "connection_closed", str(attempts[0], semconv.ErrorType))
 	_, marked := attr(attempts[1], telemetry.Uncounted)
 	assert.False(t, marked)
 

@@ -88,7 +88,7 @@ type BreakerConfig struct {
 	// FailureThreshold failures (or its own window, with FailureRate), as
 	// without a State, but no call is refused or held because the State is
 	// down.
-	State State
+	State state.State
 	// StateTTL is how long the shared record outlives its last use; 0 → ten
 	// cool-downs, at least an hour (an expired record starts closed).
 	StateTTL time.Duration

@@ -10,6 +10,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 func TestBreakerRateDefaults(t *testing.T) {
@@ -30,7 +31,7 @@ func TestBreakerRateDefaults(t *testing.T) {
 // make the fleet's rate.
 func TestSharedBreakerRateCountsTheFleet(t *testing.T) {
 	clk := clock.NewFake(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	st := policies.NewMemoryState()
+	st := state.NewMemory()
 	cfg := policies.BreakerConfig{Name: "p", FailureRate: 0.5, MinimumCalls: 20, Clock: clk, State: st}
 	failing, healthy := policies.NewCircuitBreaker[any](cfg), policies.NewCircuitBreaker[any](cfg)
 	for i := range 10 {

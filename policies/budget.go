@@ -18,7 +18,7 @@ type TaskBudget struct {
 	limit int64
 	used  atomic.Int64 // with a State: the shared count as last seen, and the local draws after it
 	deny  atomic.Int64
-	state State
+	state state.State
 	key   string
 	ttl   time.Duration
 }
@@ -40,7 +40,7 @@ func WithTaskBudget(ctx context.Context, retries int) context.Context {
 // worker cut off from st can then spend what it last saw left, so the task
 // may overspend by what each cut-off worker spends, but no retry is refused
 // for st's sake and no call waits on it.
-func WithSharedTaskBudget(ctx context.Context, st State, taskID string, retries int) context.Context {
+func WithSharedTaskBudget(ctx context.Context, st state.State, taskID string, retries int) context.Context {
 	if st == nil {
 		return WithTaskBudget(ctx, retries)
 	}
@@ -130,7 +130,7 @@ type RetryBudgetConfig struct {
 	// fleet may then retry its ratio of the calls of each worker, the same
 	// bound, only no longer pooled. No call is refused or held for the
 	// State's sake.
-	State State
+	State state.State
 	// Clock times the window; nil → the wall clock. Workers sharing a State
 	// need clocks that agree.
 	Clock clock.Clock
@@ -145,8 +145,8 @@ type RetryBudgetConfig struct {
 type RetryBudget struct {
 	cfg   RetryBudgetConfig
 	key   string
-	local *engine.MemoryState // this worker's window: without a State, or when it fails
-	last  atomic.Uint64       // math.Float64bits of the last retries/calls ratio seen
+	local *state.Memory // this worker's window: without a State, or when it fails
+	last  atomic.Uint64 // math.Float64bits of the last retries/calls ratio seen
 }
 
 // NewRetryBudget builds a retry budget (see [RetryBudgetConfig]).
@@ -170,7 +170,7 @@ func NewRetryBudget(cfg RetryBudgetConfig) *RetryBudget {
 	if key == "" {
 		key = "default"
 	}
-	return &RetryBudget{cfg: cfg, key: "retry:" + key, local: engine.NewMemoryState()}
+	return &RetryBudget{cfg: cfg, key: "retry:" + key, local: state.NewMemory()}
 }
 
 // Config returns the configuration with its defaults filled in.

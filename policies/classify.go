@@ -214,7 +214,7 @@ func classifyChain(err error, c *errchain.Chain) Classification {
 		return Classification{Class: Transient, Type: "bulkhead_full", Reason: "bulkhead full"}
 	case c.Is(ratelimiter.ErrExceeded):
 		return Classification{Class: Transient, Type: "rate_limited", Reason: "rate limiter exceeded"}
-	case c.IsAny(ErrBudgetExhausted, budget.ErrExceeded):
+	case c.Is(budget.ErrExceeded):
 		return Classification{Class: Transient, Type: "budget_exhausted", Reason: "retry budget exhausted"}
 	}
 	// 3. Time: our own per-attempt timeout is Transient, the caller's end is not.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
@@ -23,7 +24,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/retrace-go/retrace/internal/failure"
 	. "github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -65,14 +68,14 @@ func TestClassifyRules(t *testing.T) {
 		// rejections
 		{"breaker open", circuitbreaker.ErrOpen, Transient, "circuit_open", "circuit breaker open"},
 		{"bulkhead full", bulkhead.ErrFull, Transient, "bulkhead_full", "bulkhead full"},
-		{"budget", ErrBudgetExhausted, Transient, "budget_exhausted", "retry budget exhausted"},
+		{"budget", budget.ErrExceeded, Transient, "budget_exhausted", "retry budget exhausted"},
 		// time
 		{"own attempt timeout", TimedOut(time.Second, context.DeadlineExceeded), Transient, "attempt_timeout", "attempt timeout"},
 		{"failsafe timeout", timeout.ErrExceeded, Transient, "attempt_timeout", "attempt timeout"},
 		{"caller canceled", context.Canceled, Canceled, "context.Canceled", "context canceled"},
 		{"caller deadline", fmt.Errorf("call: %w", context.DeadlineExceeded), Canceled, "context.DeadlineExceeded", "context deadline exceeded"},
 		// programming
-		{"panic", Recovered("boom", nil), Programming, "panic", "panic"},
+		{"panic", failure.Recovered("boom", nil), Programming, "panic", "panic"},
 		{"unsupported", fmt.Errorf("streaming: %w", errors.ErrUnsupported), Programming, "errors.ErrUnsupported", "unsupported"},
 		// context overflow
 		{"openai overflow", api(400, "context_length_exceeded", "This model's maximum context length is 128000 tokens"), ContextOverflow, "context_length_exceeded", "http 400 context_length_exceeded"},
@@ -141,7 +144,7 @@ func TestClassifyOrder(t *testing.T) {
 		{"explicit beats everything", &Error{Class: Permanent, Err: api(503, "", "")}, Permanent},
 		{"own timeout beats the context error it wraps", TimedOut(0, context.DeadlineExceeded), Transient},
 		{"canceled beats a transient message", fmt.Errorf("503 overloaded: %w", context.Canceled), Canceled},
-		{"panic beats the error it carries", Recovered(api(503, "", ""), nil), Programming},
+		{"panic beats the error it carries", failure.Recovered(api(503, "", ""), nil), Programming},
 		{"overflow beats a 429", api(429, "context_length_exceeded", ""), ContextOverflow},
 		{"overflow text beats quota", api(429, "insufficient_quota", "maximum context length"), ContextOverflow},
 		{"quota beats 429", api(429, "insufficient_quota", "rate limit"), Fatal},
@@ -165,7 +168,7 @@ func TestClassifySeesThroughWrapping(t *testing.T) {
 	assert.Equal(t, Transient, c.Class, "failsafe-go's ExceededError is as transient as its last error")
 	assert.Equal(t, "503", c.Type)
 
-	failed := &Error{Layer: "session", Outcome: OutcomeFailedExhausted, Err: api(401, "invalid_api_key", "")}
+	failed := &Error{Layer: "session", Outcome: telemetry.OutcomeFailedExhausted, Err: api(401, "invalid_api_key", "")}
 	assert.Equal(t, Permanent, Classify(failed).Class)
 	assert.ErrorIs(t, failed, retrypolicy.ErrExceeded)
 }

@@ -2,15 +2,16 @@ package policies
 
 import (
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/retrace-go/retrace/internal/redact"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Error is a failure as retrace reads it, one value from where the answer
@@ -44,10 +45,10 @@ type Error struct {
 	Message    string        // the server's own words, cut to 1 KiB; for retrace's own failures, what happened
 
 	// How the call ended, once a layer stopped on it.
-	Layer    string  // the layer's name, empty for a bare policy
-	Outcome  Outcome // why the layer stopped; empty until a layer stops
-	Attempts int     // attempts the layer made, the first included
-	Detail   string  // the outcome in a clause, when it came before the attempts ran out
+	Layer    string // the layer's name, empty for a bare policy
+	Outcome  string // why the layer stopped; empty until a layer stops
+	Attempts int    // attempts the layer made, the first included
+	Detail   string // the outcome in a clause, when it came before the attempts ran out
 
 	Err error // the error beneath: the last attempt's, a network error, the panic's value
 
@@ -94,17 +95,17 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is makes a layer that ran out of attempts match failsafe-go's
-// retrypolicy.ErrExceeded, one refused by the task budget match
-// ErrBudgetExhausted, an attempt cut by the layer's own timeout match
+// retrypolicy.ErrExceeded, one refused by a retry budget (the task's, or a
+// rate budget) match failsafe-go's budget.ErrExceeded, an attempt cut by the layer's own timeout match
 // timeout.ErrExceeded, and one whose caller's context ended match
 // context.Canceled or context.DeadlineExceeded, whatever its last attempt
 // returned.
 func (e *Error) Is(target error) bool {
 	switch target {
 	case retrypolicy.ErrExceeded:
-		return e.Outcome == OutcomeFailedExhausted
-	case ErrBudgetExhausted:
-		return e.Outcome == OutcomeBudgetExhausted
+		return e.Outcome == telemetry.OutcomeFailedExhausted
+	case budget.ErrExceeded:
+		return e.Outcome == telemetry.OutcomeBudgetExhausted
 	case timeout.ErrExceeded:
 		return e.Type == typeAttemptTimeout && e.Outcome == ""
 	}
@@ -116,7 +117,6 @@ func (e *Error) Is(target error) bool {
 const (
 	typeStreamDropped  = "stream_dropped"
 	typeAttemptTimeout = "attempt_timeout"
-	typePanic          = "panic"
 	typeCircuitOpen    = "circuit_open"
 	typeBulkheadFull   = "bulkhead_full"
 )
@@ -185,14 +185,4 @@ func isRejection(e *Error) bool {
 // ("empty message"), and a session retries it.
 func StreamDropped(msg string, err error) *Error {
 	return &Error{Type: typeStreamDropped, Message: msg, Err: err}
-}
-
-// Recovered is a recovered panic: a Programming error, never retried, with
-// the panic's value (its Err when the value is an error) and stack.
-func Recovered(v any, stack []byte) *Error {
-	e := &Error{Class: Programming, Type: typePanic, Reason: "panic", Message: fmt.Sprintf("panic: %v", v), Stack: stack}
-	if err, ok := v.(error); ok {
-		e.Err = err
-	}
-	return e
 }

@@ -7,49 +7,8 @@ import (
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/internal/redact"
+	"github.com/retrace-go/retrace/telemetry"
 )
-
-// Outcome is how a call through a layer ended.
-type Outcome string
-
-const (
-	OutcomeSuccess           Outcome = "success"
-	OutcomeSuccessAfterRetry Outcome = "success_after_retry"
-	OutcomeFailedPermanent   Outcome = "failed_permanent"   // not retried: the identical call fails identically
-	OutcomeFailedFatal       Outcome = "failed_fatal"       // not retried: quota or billing, nothing in the task can succeed
-	OutcomeFailedUnknown     Outcome = "failed_unknown"     // not retried: no rule recognised the error, and the layer does not retry unknown errors
-	OutcomeFailedTransient   Outcome = "failed_transient"   // not retried here: a transient failure in a layer that makes one attempt (a layer above may retry it)
-	OutcomeFailedUserAction  Outcome = "failed_user_action" // not retried: the call needs the user to act first (open a URL), then it may succeed
-	OutcomeFailedExhausted   Outcome = "failed_exhausted"   // retried until the attempts (or the deadline) ran out
-	OutcomeBudgetExhausted   Outcome = "budget_exhausted"   // the task's retry budget refused a retry
-	OutcomeRejected          Outcome = "rejected"           // a breaker or bulkhead refused the call, or a circuit beneath stays open too long
-	OutcomeCanceled          Outcome = "canceled"           // the caller's context ended
-	OutcomeStepLimit         Outcome = "step_limit"         // an agent loop reached its MaxSteps: the last cost boundary
-)
-
-// Failed reports whether the outcome is a failure.
-func (o Outcome) Failed() bool {
-	return o != OutcomeSuccess && o != OutcomeSuccessAfterRetry && o != ""
-}
-
-// ErrBudgetExhausted is the error of a retry that the task's retry budget
-// refused (see [WithTaskBudget]).
-var ErrBudgetExhausted = errors.New("task retry budget exhausted")
-
-// Underlying is the error beneath retrace's layers in err: the last
-// attempt's error of the innermost layer that failed, or err itself when no
-// layer's failure is in it. It is what a span status, a turn's error text
-// and a diagnosis name: the provider's or the tool's own failure, not the
-// layers' narration around it.
-func Underlying(err error) error {
-	for {
-		fe, ok := errors.AsType[*Error](err)
-		if !ok || fe.Outcome == "" || fe.Err == nil {
-			return err
-		}
-		err = fe.Err
-	}
-}
 
 // Diagnosis says why the layer stopped, in the words users search for:
 // "failed permanently: …", "failed after 3 attempts: …". Secrets are
@@ -88,22 +47,22 @@ func (e *Error) diagnose() string {
 		// innermost layer, the rule; no rule recognised an unknown one.
 		b.WriteString(words)
 		b.WriteString(brief(e.Err, e.known...))
-		if e.Outcome != OutcomeFailedUnknown {
+		if e.Outcome != telemetry.OutcomeFailedUnknown {
 			bracket()
 		}
 		return b.String()
 	}
 	switch e.Outcome {
-	case OutcomeFailedExhausted:
+	case telemetry.OutcomeFailedExhausted:
 		b.WriteString("failed after ")
 		writeAttempts(&b, e.Attempts)
-	case OutcomeBudgetExhausted:
+	case telemetry.OutcomeBudgetExhausted:
 		b.WriteString("retry budget exhausted after ")
 		writeAttempts(&b, e.Attempts)
-	case OutcomeRejected:
+	case telemetry.OutcomeRejected:
 		b.WriteString("rejected after ")
 		writeAttempts(&b, e.Attempts)
-	case OutcomeCanceled:
+	case telemetry.OutcomeCanceled:
 		if e.Attempts == 0 {
 			b.WriteString("canceled before the first attempt")
 			if e.cause != nil {
@@ -114,14 +73,14 @@ func (e *Error) diagnose() string {
 		}
 		b.WriteString("canceled after ")
 		writeAttempts(&b, e.Attempts)
-	case OutcomeStepLimit:
+	case telemetry.OutcomeStepLimit:
 		b.WriteString("stopped at the step limit")
 		if e.Attempts > 0 {
 			b.WriteString(" after ")
 			writeAttempts(&b, e.Attempts)
 		}
 	default:
-		b.WriteString(string(e.Outcome))
+		b.WriteString(e.Outcome)
 	}
 	if e.Detail != "" {
 		b.WriteString(" (")
@@ -135,17 +94,17 @@ func (e *Error) diagnose() string {
 
 // stopWords are the words of a diagnosis of a call that stopped on its
 // error's class, without running out of anything; "" for another outcome.
-func stopWords(o Outcome) string {
+func stopWords(o string) string {
 	switch o {
-	case OutcomeFailedPermanent:
+	case telemetry.OutcomeFailedPermanent:
 		return "failed permanently: "
-	case OutcomeFailedFatal:
+	case telemetry.OutcomeFailedFatal:
 		return "failed fatally, nothing in this task can succeed: "
-	case OutcomeFailedUnknown:
+	case telemetry.OutcomeFailedUnknown:
 		return "failed on an error no rule recognises, not retried: "
-	case OutcomeFailedTransient:
+	case telemetry.OutcomeFailedTransient:
 		return "failed once, not retried here: "
-	case OutcomeFailedUserAction:
+	case telemetry.OutcomeFailedUserAction:
 		return "failed until the user acts: "
 	}
 	return ""

@@ -80,12 +80,6 @@ import (
 // matches.
 func Redact(s string, known ...string) string { return redact.Text(s, known, 0) }
 
-// RedactValue is an identifier a provider or a server gave (a model's name,
-// a response's ID) as retrace keeps it: itself, or "[REDACTED]" whole when
-// [Redact] would change it, for the rest of a value that held a secret names
-// nothing.
-func RedactValue(v string, known ...string) string { return redact.Value(v, known) }
-
 // redactAPIErrors redacts the known values in the code and message of each
 // *Error in err's chain, in place: retrace built them from a provider's
 // answer, which may echo the key it was sent, and errors.As on the error a

@@ -284,7 +284,7 @@ func (judge) Judged(ctx context.Context, cls Classification, err error) (Classif
 // failure reads once however many layers it crosses.
 func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Classification) error {
 	if inner, ok := rep.Err.(*Error); ok && inner.Outcome != "" && rep.Attempts == 1 && rep.Why == "" && rep.Cause == nil &&
-		string(inner.Outcome) == rep.Outcome {
+		inner.Outcome == rep.Outcome {
 		return inner
 	}
 	class := cls.Class
@@ -298,7 +298,7 @@ func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Clas
 	fe := &s.e
 	*fe = Error{
 		diag:  &s.d,
-		Layer: layer, Outcome: Outcome(rep.Outcome), Attempts: rep.Attempts, Class: class, Type: cls.Type,
+		Layer: layer, Outcome: rep.Outcome, Attempts: rep.Attempts, Class: class, Type: cls.Type,
 		Reason: cls.Reason, Detail: rep.Why, Err: rep.Err, RetryAfter: cls.RetryAfter, cause: rep.Cause,
 		known: engine.SecretsFrom(ctx),
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	. "github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 var epoch = time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
@@ -92,7 +94,7 @@ func TestRetryUnderFailsafeWith(t *testing.T) {
 	assert.Equal(t, 1, calls, "permanent: no retry")
 	var fe *Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, OutcomeFailedPermanent, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedPermanent, fe.Outcome)
 	assert.Regexp(t, `^failed permanently: 400 invalid_request_error \[permanent: http 400 invalid_request_error\]$`, fe.Diagnosis())
 
 	calls = 0
@@ -102,7 +104,7 @@ func TestRetryUnderFailsafeWith(t *testing.T) {
 	})
 	assert.Equal(t, 1, calls, "unknown errors are not retried unless RetryUnknown")
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, OutcomeFailedUnknown, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedUnknown, fe.Outcome)
 	_, err = failsafe.With(NewRetry[string](RetryConfig{RetryUnknown: true, Clock: clk})).Get(func() (string, error) {
 		return "", errors.New("weird")
 	})
@@ -121,7 +123,7 @@ func TestRetryWithBreakerUnderFailsafeWith(t *testing.T) {
 	assert.Equal(t, 2, calls, "the breaker opened after 2 failures and the retry stopped at its rejection")
 	var fe *Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, OutcomeRejected, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeRejected, fe.Outcome)
 	assert.ErrorIs(t, err, circuitbreaker.ErrOpen)
 }
 
@@ -175,12 +177,12 @@ func TestBreakerCountsOnlyTransient(t *testing.T) {
 }
 
 func TestStopMessages(t *testing.T) {
-	err := &Error{Layer: "runtime", Outcome: OutcomeFailedExhausted, Attempts: 3, Err: &Error{StatusCode: 503}}
+	err := &Error{Layer: "runtime", Outcome: telemetry.OutcomeFailedExhausted, Attempts: 3, Err: &Error{StatusCode: 503}}
 	assert.Equal(t, "runtime: failed after 3 attempts: 503", err.Error())
-	unknown := &Error{Outcome: OutcomeFailedUnknown, Attempts: 1, Class: Unknown, Err: errors.New("weird")}
+	unknown := &Error{Outcome: telemetry.OutcomeFailedUnknown, Attempts: 1, Class: Unknown, Err: errors.New("weird")}
 	assert.NotContains(t, unknown.Error(), "permanently", "nothing unknown is called permanent")
-	assert.ErrorIs(t, &Error{Outcome: OutcomeBudgetExhausted}, ErrBudgetExhausted)
-	assert.NotErrorIs(t, &Error{Outcome: OutcomeFailedPermanent}, retrypolicy.ErrExceeded)
+	assert.ErrorIs(t, &Error{Outcome: telemetry.OutcomeBudgetExhausted}, budget.ErrExceeded)
+	assert.NotErrorIs(t, &Error{Outcome: telemetry.OutcomeFailedPermanent}, retrypolicy.ErrExceeded)
 }
 
 // A config that leaves MaxAttempts zero takes its preset field by field and

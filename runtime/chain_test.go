@@ -16,6 +16,7 @@ import (
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/session"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // depth counts the errors in err's chain, err included.
@@ -47,14 +48,14 @@ func TestRejectedKeyReadsOnce(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(err.Error(), "permanently"), err.Error())
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, policies.OutcomeFailedPermanent, ee.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedPermanent, ee.Outcome)
 	assert.Equal(t, 1, strings.Count(ee.Diagnosis, "permanently"), ee.Diagnosis)
 	// One errors.As reads the whole failure: which layer stopped, why,
 	// after how many attempts, and what the provider answered.
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
 	assert.Equal(t, "session", fe.Layer, "the session's failure, passed up unchanged")
-	assert.Equal(t, policies.OutcomeFailedPermanent, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedPermanent, fe.Outcome)
 	assert.Equal(t, 1, fe.Attempts)
 	assert.Equal(t, policies.Permanent, fe.Class)
 	assert.Equal(t, "invalid_api_key", fe.Type)
@@ -77,7 +78,7 @@ func TestUnknownErrorIsNotPermanent(t *testing.T) {
 	assert.NotContains(t, err.Error(), "permanently")
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, policies.OutcomeFailedExhausted, ee.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, ee.Outcome)
 	assert.Equal(t, policies.Unknown, ee.Attempts[0].Class)
 }
 
@@ -94,7 +95,7 @@ func TestWrappedFailureKeepsItsClass(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, policies.OutcomeCanceled, ee.Outcome)
+	assert.Equal(t, telemetry.OutcomeCanceled, ee.Outcome)
 	assert.Equal(t, policies.Canceled, policies.Classify(err).Class)
 	assert.Equal(t, policies.Canceled, policies.Classify(fmt.Errorf("w: %w", err)).Class)
 }

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
@@ -103,13 +104,13 @@ func (l *Loop) agentLayer() middleware.Middleware[string, LoopResult] {
 // every model request and tool attempt of the run.
 func AgentLayer[Req, Resp any](name, provider string, maxSteps int, opts ...middleware.Option) middleware.Middleware[Req, Resp] {
 	span := "invoke_agent"
-	kv := []attribute.KeyValue{telemetry.GenAIOperation.String("invoke_agent")}
+	kv := []attribute.KeyValue{semconv.GenAIOperation.String("invoke_agent")}
 	if name != "" {
 		span += " " + name
-		kv = append(kv, telemetry.GenAIAgentName.String(name))
+		kv = append(kv, semconv.GenAIAgentName.String(name))
 	}
 	if provider != "" {
-		kv = append(kv, telemetry.GenAIProvider.String(provider))
+		kv = append(kv, semconv.GenAIProvider.String(provider))
 	}
 	all := append([]middleware.Option{middleware.WithSpanName(span), middleware.WithAttributes(kv...)}, opts...)
 	if maxSteps > 0 {
@@ -160,6 +161,6 @@ func (l *Loop) loop(ctx context.Context, prompt string) (LoopResult, error) {
 // loop's layer, and every layer above, with outcome step_limit, and matches
 // ErrStepLimit.
 func stepLimit(maxSteps, toolCalls int) error {
-	return &policies.Error{Class: policies.Fatal, Type: "step_limit", Reason: "step limit", Outcome: policies.OutcomeStepLimit,
+	return &policies.Error{Class: policies.Fatal, Type: "step_limit", Reason: "step limit", Outcome: telemetry.OutcomeStepLimit,
 		Err: fmt.Errorf("%w of %d turns (%d tool calls) without an answer", ErrStepLimit, maxSteps, toolCalls)}
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -87,19 +88,19 @@ func TestLoopCallsToolsThenAnswers(t *testing.T) {
 	assert.Equal(t, 1, names["execute_tool search_docs"])
 	assert.Equal(t, 2, names["chat gpt-test"])
 	assert.Contains(t, root.Attributes(), telemetry.Calls.Int64(3), "2 model calls and 1 tool call")
-	assert.Contains(t, root.Attributes(), telemetry.GenAIOperation.String("invoke_agent"))
-	assert.Contains(t, root.Attributes(), telemetry.GenAIProvider.String("openai"), "the session says which provider")
+	assert.Contains(t, root.Attributes(), semconv.GenAIOperation.String("invoke_agent"))
+	assert.Contains(t, root.Attributes(), semconv.GenAIProvider.String("openai"), "the session says which provider")
 
 	callID := second[len(second)-1].ToolCallID
 	require.NotEmpty(t, callID, "the server named the call")
 	for _, s := range rec.Ended() {
 		if s.Name() == "execute_tool search_docs" {
-			assert.Contains(t, s.Attributes(), telemetry.GenAIToolCallID.String(callID), "the model's ID for the call")
-			assert.Contains(t, s.Attributes(), telemetry.GenAIToolType.String("function"))
+			assert.Contains(t, s.Attributes(), semconv.GenAIToolCallID.String(callID), "the model's ID for the call")
+			assert.Contains(t, s.Attributes(), semconv.GenAIToolType.String("function"))
 		}
 		if s.Name() != "execute_tool search_docs" {
 			for _, kv := range s.Attributes() {
-				assert.NotEqual(t, telemetry.GenAIToolCallID, kv.Key, "only the tool's own span carries the call's ID: %s", s.Name())
+				assert.NotEqual(t, semconv.GenAIToolCallID, kv.Key, "only the tool's own span carries the call's ID: %s", s.Name())
 			}
 		}
 	}
@@ -118,7 +119,7 @@ func TestLoopNamesTheAgent(t *testing.T) {
 	}
 	require.NotNil(t, root)
 	assert.Equal(t, "invoke_agent oncall", root.Name())
-	assert.Contains(t, root.Attributes(), telemetry.GenAIAgentName.String("oncall"))
+	assert.Contains(t, root.Attributes(), semconv.GenAIAgentName.String("oncall"))
 }
 
 func TestLoopStepLimit(t *testing.T) {
@@ -128,7 +129,7 @@ func TestLoopStepLimit(t *testing.T) {
 	require.ErrorIs(t, err, runtime.ErrStepLimit)
 	sl, ok := errors.AsType[*policies.Error](err)
 	require.True(t, ok)
-	assert.Equal(t, policies.OutcomeStepLimit, sl.Outcome)
+	assert.Equal(t, telemetry.OutcomeStepLimit, sl.Outcome)
 	assert.Contains(t, sl.Error(), "step limit of 3 turns")
 	assert.Equal(t, 3, res.ToolCalls)
 	assert.Equal(t, 3, srv.Requests())

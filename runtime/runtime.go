@@ -11,6 +11,7 @@ import (
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Agent is what Exec runs: a session, usually.
@@ -80,7 +81,7 @@ func (r *Runtime) Exec(ctx context.Context, prompt string) (session.Message, err
 	if err == nil {
 		return msg, nil
 	}
-	outcome, diag := policies.OutcomeFailedPermanent, ""
+	outcome, diag := telemetry.OutcomeFailedPermanent, ""
 	if fe, ok := errors.AsType[*policies.Error](err); ok && fe.Outcome != "" {
 		outcome, diag = fe.Outcome, fe.Diagnosis()
 	}
@@ -120,7 +121,7 @@ type ExecError struct {
 	// failed_permanent (also for a failure no layer judged), failed_fatal,
 	// failed_unknown, failed_user_action, failed_exhausted, budget_exhausted,
 	// rejected, canceled.
-	Outcome   policies.Outcome
+	Outcome   string
 	Attempts  []Attempt
 	Diagnosis string // the runtime layer's diagnosis, as on its span
 	Err       error  // the runtime layer's error, wrapping the last attempt's
@@ -151,23 +152,23 @@ func (e *ExecError) Unwrap() error { return e.Err }
 // ended words the outcome for the error's text.
 func (e *ExecError) ended() string {
 	switch e.Outcome {
-	case policies.OutcomeFailedPermanent:
+	case telemetry.OutcomeFailedPermanent:
 		return "failed permanently"
-	case policies.OutcomeFailedExhausted:
+	case telemetry.OutcomeFailedExhausted:
 		return "failed"
-	case policies.OutcomeBudgetExhausted:
+	case telemetry.OutcomeBudgetExhausted:
 		return "stopped by the task's retry budget"
-	case policies.OutcomeCanceled:
+	case telemetry.OutcomeCanceled:
 		return "canceled"
-	case policies.OutcomeFailedFatal:
+	case telemetry.OutcomeFailedFatal:
 		return "failed fatally"
-	case policies.OutcomeFailedUnknown:
+	case telemetry.OutcomeFailedUnknown:
 		return "failed on an error no rule recognises"
-	case policies.OutcomeFailedTransient:
+	case telemetry.OutcomeFailedTransient:
 		return "failed once, not retried"
-	case policies.OutcomeFailedUserAction:
+	case telemetry.OutcomeFailedUserAction:
 		return "stopped until the user acts"
-	case policies.OutcomeRejected:
+	case telemetry.OutcomeRejected:
 		return "rejected"
 	}
 	return string(e.Outcome)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -16,6 +17,7 @@ import (
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/session"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,7 +50,7 @@ func TestExecExhausted(t *testing.T) {
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 3, *calls)
-	assert.Equal(t, policies.OutcomeFailedExhausted, ee.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, ee.Outcome)
 	assert.Equal(t, "exec failed after 3 attempts: [1] APIError: 503: Service unavailable; [2] APIError: 503: Service unavailable; [3] APIError: 503: Service unavailable", err.Error())
 	assert.Equal(t, []time.Duration{0, 1500 * time.Millisecond, 3 * time.Second}, []time.Duration{ee.Attempts[0].Delay, ee.Attempts[1].Delay, ee.Attempts[2].Delay})
 	assert.Equal(t, []time.Duration{1500 * time.Millisecond, 3 * time.Second}, clk.Slept(), "1.5 s and 3 s: the third attempt is the last, so no 6 s wait")
@@ -64,7 +66,7 @@ func TestExecPermanent(t *testing.T) {
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, *calls)
-	assert.Equal(t, policies.OutcomeFailedPermanent, ee.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedPermanent, ee.Outcome)
 	assert.Equal(t, "exec failed permanently after 1 attempt: Error: openai-codex: login expired", err.Error())
 	assert.Empty(t, clk.Slept())
 }
@@ -89,7 +91,7 @@ func TestExecPanicIsProgrammingError(t *testing.T) {
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 1, calls, "never retried")
-	assert.Equal(t, policies.OutcomeFailedPermanent, ee.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedPermanent, ee.Outcome)
 	require.Len(t, ee.Attempts, 1)
 	assert.Equal(t, policies.Programming, ee.Attempts[0].Class)
 	assert.Contains(t, ee.Attempts[0].Message, "assignment to entry in nil map")
@@ -123,7 +125,7 @@ func TestExecCanceled(t *testing.T) {
 	_, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(ctx, "go")
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, policies.OutcomeCanceled, ee.Outcome)
+	assert.Equal(t, telemetry.OutcomeCanceled, ee.Outcome)
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -134,9 +136,9 @@ func TestExecBudget(t *testing.T) {
 	_, err := newRuntime(a, clock.NewVirtual(epoch), false).Exec(ctx, "go")
 	var ee *runtime.ExecError
 	require.ErrorAs(t, err, &ee)
-	assert.Equal(t, policies.OutcomeBudgetExhausted, ee.Outcome)
+	assert.Equal(t, telemetry.OutcomeBudgetExhausted, ee.Outcome)
 	assert.Equal(t, 2, *calls)
-	assert.ErrorIs(t, err, policies.ErrBudgetExhausted)
+	assert.ErrorIs(t, err, budget.ErrExceeded)
 }
 
 func TestExecCanceledBeforeStart(t *testing.T) {

@@ -181,7 +181,7 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 // on a later run would fail the same way. A programming error is not: once
 // the bug is fixed, the next run must call the step again.
 func recordable(fe *policies.Error) bool {
-	if fe == nil || fe.Outcome != policies.OutcomeFailedPermanent && fe.Outcome != policies.OutcomeFailedFatal {
+	if fe == nil || fe.Outcome != telemetry.OutcomeFailedPermanent && fe.Outcome != telemetry.OutcomeFailedFatal {
 		return false
 	}
 	switch fe.Class {

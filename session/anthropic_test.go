@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -85,13 +86,13 @@ func TestAnthropicStreamingText(t *testing.T) {
 	model := f.spans("session") // the inference span covers the session's retries
 	require.Len(t, model, 1)
 	assert.Equal(t, "chat claude-test", model[0].Name())
-	assert.Equal(t, "anthropic", v(model[0], telemetry.GenAIProvider))
-	assert.Equal(t, "chat", v(model[0], telemetry.GenAIOperation))
-	assert.Equal(t, "claude-test", v(model[0], telemetry.GenAIRequestModel))
-	assert.Equal(t, "claude-test", v(model[0], telemetry.GenAIResponseModel))
-	assert.Equal(t, "4", v(model[0], telemetry.GenAIInputTokens))
-	assert.Equal(t, "3", v(model[0], telemetry.GenAIOutputTokens))
-	assert.Equal(t, `["stop"]`, v(model[0], telemetry.GenAIFinishReasons))
+	assert.Equal(t, "anthropic", v(model[0], semconv.GenAIProvider))
+	assert.Equal(t, "chat", v(model[0], semconv.GenAIOperation))
+	assert.Equal(t, "claude-test", v(model[0], semconv.GenAIRequestModel))
+	assert.Equal(t, "claude-test", v(model[0], semconv.GenAIResponseModel))
+	assert.Equal(t, "4", v(model[0], semconv.GenAIInputTokens))
+	assert.Equal(t, "3", v(model[0], semconv.GenAIOutputTokens))
+	assert.Equal(t, `["stop"]`, v(model[0], semconv.GenAIFinishReasons))
 
 	got := f.srv.Received()
 	require.Len(t, got, 1)
@@ -291,7 +292,7 @@ func TestAnthropicMidStreamErrorRetried(t *testing.T) {
 	model := f.spans("model")
 	require.Len(t, model, 2)
 	assert.Equal(t, "transient", v(model[0], telemetry.ErrorClass))
-	assert.Equal(t, "overloaded_error", v(model[0], telemetry.ErrorType))
+	assert.Equal(t, "overloaded_error", v(model[0], semconv.ErrorType))
 }
 
 // A stream that ends without message_stop (cleanly or by a reset) is the

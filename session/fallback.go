@@ -12,6 +12,7 @@ import (
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/internal/redact"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -87,20 +88,20 @@ func DefaultFallbackOn(err error) bool {
 		return true
 	case policies.Transient:
 		fe, ok := errors.AsType[*policies.Error](err)
-		return ok && (fe.Outcome == policies.OutcomeFailedExhausted || fe.Outcome == policies.OutcomeRejected)
+		return ok && (fe.Outcome == telemetry.OutcomeFailedExhausted || fe.Outcome == telemetry.OutcomeRejected)
 	}
 	return false
 }
 
 // CandidateFailure is a candidate that failed a turn, and how.
 type CandidateFailure struct {
-	Index    int              // its place in the chain: 0 for Config.Provider, 1 for Config.Fallbacks[0], …
-	Provider string           // its gen_ai.provider.name
-	Model    string           // its model
-	Outcome  policies.Outcome // how its session layer ended; empty when no layer said (a compactor's bug)
-	Class    policies.Class   // the failure's class
-	Type     string           // the failure's error.type: "insufficient_quota", "503", …
-	Attempts int              // the attempts its session layer made
+	Index    int            // its place in the chain: 0 for Config.Provider, 1 for Config.Fallbacks[0], …
+	Provider string         // its gen_ai.provider.name
+	Model    string         // its model
+	Outcome  string         // how its session layer ended; empty when no layer said (a compactor's bug)
+	Class    policies.Class // the failure's class
+	Type     string         // the failure's error.type: "insufficient_quota", "503", …
+	Attempts int            // the attempts its session layer made
 }
 
 // String says who failed and how: "openai/gpt-4o failed fatally:
@@ -110,21 +111,21 @@ func (f CandidateFailure) String() string {
 	switch {
 	case f.Class == policies.ContextOverflow:
 		verb = "overflowed its context"
-	case f.Outcome == policies.OutcomeFailedFatal:
+	case f.Outcome == telemetry.OutcomeFailedFatal:
 		verb = "failed fatally"
-	case f.Outcome == policies.OutcomeFailedExhausted:
+	case f.Outcome == telemetry.OutcomeFailedExhausted:
 		verb = "failed after " + plural(f.Attempts, "attempt")
-	case f.Outcome == policies.OutcomeFailedPermanent:
+	case f.Outcome == telemetry.OutcomeFailedPermanent:
 		verb = "failed permanently"
-	case f.Outcome == policies.OutcomeRejected:
+	case f.Outcome == telemetry.OutcomeRejected:
 		verb = "was rejected"
-	case f.Outcome == policies.OutcomeBudgetExhausted:
+	case f.Outcome == telemetry.OutcomeBudgetExhausted:
 		verb = "ran out of retry budget"
-	case f.Outcome == policies.OutcomeCanceled, f.Class == policies.Canceled:
+	case f.Outcome == telemetry.OutcomeCanceled, f.Class == policies.Canceled:
 		verb = "was canceled"
-	case f.Outcome == policies.OutcomeFailedUnknown:
+	case f.Outcome == telemetry.OutcomeFailedUnknown:
 		verb = "failed on an error no rule recognises"
-	case f.Outcome == policies.OutcomeFailedUserAction:
+	case f.Outcome == telemetry.OutcomeFailedUserAction:
 		verb = "needs the user to act first"
 	case f.Class == policies.Programming:
 		verb = "failed on a bug"
@@ -183,9 +184,9 @@ func (s *Session) newCandidate(i int, c Candidate, call middleware.Handler[Reque
 		opts := append(append([]middleware.Option{}, s.cfg.Options...),
 			middleware.WithSpanName(telemetry.LayerCandidate+" "+k.name),
 			middleware.WithAttributes(
-				telemetry.FallbackIndex.Int(i),
-				telemetry.GenAIProvider.String(c.Provider.Name()),
-				telemetry.GenAIRequestModel.String(c.Model),
+				telemetry.FallbackIndex.Int(i), semconv.GenAIProvider.
+					String(c.Provider.Name()), semconv.GenAIRequestModel.
+					String(c.Model),
 			),
 		)
 		k.turn = middleware.Layer[*turn, Message](telemetry.LayerCandidate, opts...)(s.overflowing)

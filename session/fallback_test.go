@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/failure"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -160,7 +162,7 @@ func TestFallbackOnFatal(t *testing.T) {
 	assert.Equal(t, "backup", msg.Provider)
 	assert.Equal(t, "gpt-backup", msg.Model)
 	want := []session.CandidateFailure{{Index: 0, Provider: "openai", Model: "gpt-primary",
-		Outcome: policies.OutcomeFailedFatal, Class: policies.Fatal, Type: "insufficient_quota", Attempts: 1}}
+		Outcome: telemetry.OutcomeFailedFatal, Class: policies.Fatal, Type: "insufficient_quota", Attempts: 1}}
 	assert.Equal(t, want, msg.PassedOver)
 	assert.Equal(t, "openai/gpt-primary failed fatally: insufficient_quota", msg.PassedOver[0].String())
 	assert.Equal(t, []int{1, 1}, c.requests(), "a fatal failure is not retried: the next candidate at once")
@@ -187,18 +189,18 @@ func TestFallbackOnFatal(t *testing.T) {
 	for i, s := range cands {
 		assert.Equal(t, "candidate "+chainNames[i]+"/"+chainModels[i], s.Name())
 		assert.Equal(t, int64(i), mustAttr(t, s, telemetry.FallbackIndex).AsInt64())
-		assert.Equal(t, chainNames[i], v(s, telemetry.GenAIProvider))
-		assert.Equal(t, chainModels[i], v(s, telemetry.GenAIRequestModel))
+		assert.Equal(t, chainNames[i], v(s, semconv.GenAIProvider))
+		assert.Equal(t, chainModels[i], v(s, semconv.GenAIRequestModel))
 		assert.Equal(t, fb[0].SpanContext().SpanID(), s.Parent().SpanID(), "a candidate is a child of the fallback span")
 	}
 	assert.Equal(t, "failed_fatal", v(cands[0], telemetry.Outcome))
-	assert.Equal(t, "insufficient_quota", v(cands[0], telemetry.ErrorType))
+	assert.Equal(t, "insufficient_quota", v(cands[0], semconv.ErrorType))
 	assert.Equal(t, "success", v(cands[1], telemetry.Outcome))
 	for _, s := range c.layer("session") {
 		// Each inference span is inside the candidate whose model it calls.
 		parent := parentLayer(c.rec.Ended(), s, telemetry.LayerCandidate)
 		require.NotNil(t, parent)
-		assert.Equal(t, v(parent, telemetry.GenAIRequestModel), v(s, telemetry.GenAIRequestModel))
+		assert.Equal(t, v(parent, semconv.GenAIRequestModel), v(s, semconv.GenAIRequestModel))
 	}
 
 	calls, worst := c.checkCounts(t)
@@ -244,7 +246,7 @@ func TestFallbackAfterTransientExhausted(t *testing.T) {
 	assert.Equal(t, []int{4, 1}, c.requests(), "the first candidate's 4 attempts (SessionRetry), then the backup's one")
 	assert.Equal(t, []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second}, c.clk.Slept(), "the fallback itself waits for nothing")
 	require.Len(t, msg.PassedOver, 1)
-	assert.Equal(t, policies.OutcomeFailedExhausted, msg.PassedOver[0].Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, msg.PassedOver[0].Outcome)
 	assert.Equal(t, 4, msg.PassedOver[0].Attempts)
 	fb := c.layer(telemetry.LayerFallback)
 	require.Len(t, fb, 1)
@@ -441,22 +443,22 @@ func TestFallbackOnCustomRule(t *testing.T) {
 }
 
 func TestDefaultFallbackOn(t *testing.T) {
-	failed := func(o policies.Outcome, c policies.Class) error {
+	failed := func(o string, c policies.Class) error {
 		return &policies.Error{Layer: "session", Outcome: o, Class: c, Attempts: 1, Err: errors.New("x")}
 	}
 	for _, tt := range []struct {
 		err  error
 		want bool
 	}{
-		{failed(policies.OutcomeFailedFatal, policies.Fatal), true},
-		{failed(policies.OutcomeFailedExhausted, policies.Transient), true},
-		{failed(policies.OutcomeRejected, policies.Transient), true},
-		{failed(policies.OutcomeFailedPermanent, policies.ContextOverflow), true},
-		{failed(policies.OutcomeFailedPermanent, policies.Permanent), false},
-		{failed(policies.OutcomeBudgetExhausted, policies.Transient), false},
-		{failed(policies.OutcomeCanceled, policies.Canceled), false},
-		{failed(policies.OutcomeFailedUnknown, policies.Unknown), false},
-		{policies.Recovered("bug", nil), false},
+		{failed(telemetry.OutcomeFailedFatal, policies.Fatal), true},
+		{failed(telemetry.OutcomeFailedExhausted, policies.Transient), true},
+		{failed(telemetry.OutcomeRejected, policies.Transient), true},
+		{failed(telemetry.OutcomeFailedPermanent, policies.ContextOverflow), true},
+		{failed(telemetry.OutcomeFailedPermanent, policies.Permanent), false},
+		{failed(telemetry.OutcomeBudgetExhausted, policies.Transient), false},
+		{failed(telemetry.OutcomeCanceled, policies.Canceled), false},
+		{failed(telemetry.OutcomeFailedUnknown, policies.Unknown), false},
+		{failure.Recovered("bug", nil), false},
 		{context.Canceled, false},
 	} {
 		assert.Equal(t, tt.want, session.DefaultFallbackOn(tt.err), "%v", tt.err)
@@ -500,7 +502,7 @@ func TestFallbackWhenCircuitOpen(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{2, 1}, c.requests(), "two failures open the breaker; its 60 s cool-down is past MaxRetryAfter")
 	require.Len(t, msg.PassedOver, 1)
-	assert.Equal(t, policies.OutcomeRejected, msg.PassedOver[0].Outcome)
+	assert.Equal(t, telemetry.OutcomeRejected, msg.PassedOver[0].Outcome)
 	assert.Equal(t, "openai/gpt-primary was rejected: circuit_open", msg.PassedOver[0].String())
 	assert.Equal(t, "gpt-backup", msg.Model)
 	c.checkCounts(t)

@@ -7,9 +7,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Inference is the shape of one logical model call, whoever makes it: a
@@ -79,22 +79,22 @@ func (in Inference[Resp]) withDefaults() Inference[Resp] {
 // it, or use [InferenceLayers] for both.
 func inferenceLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req, Resp] {
 	in = in.withDefaults()
-	attrs := []attribute.KeyValue{telemetry.GenAIOperation.String("chat")}
+	attrs := []attribute.KeyValue{semconv.GenAIOperation.String("chat")}
 	if in.Provider != "" {
-		attrs = append(attrs, telemetry.GenAIProvider.String(in.Provider))
+		attrs = append(attrs, semconv.GenAIProvider.String(in.Provider))
 	}
 	name := "chat"
 	if in.Model != "" {
 		name += " " + in.Model
-		attrs = append(attrs, telemetry.GenAIRequestModel.String(in.Model))
+		attrs = append(attrs, semconv.GenAIRequestModel.String(in.Model))
 	}
 	if in.Stream {
-		attrs = append(attrs, telemetry.GenAIRequestStream.Bool(true))
+		attrs = append(attrs, semconv.GenAIRequestStream.Bool(true))
 	}
 	if in.Server != "" {
-		attrs = append(attrs, telemetry.ServerAddress.String(in.Server))
+		attrs = append(attrs, semconv.ServerAddress.String(in.Server))
 		if in.Port > 0 {
-			attrs = append(attrs, telemetry.ServerPort.Int(in.Port))
+			attrs = append(attrs, semconv.ServerPort.Int(in.Port))
 		}
 	}
 	describe := in.Describe
@@ -168,21 +168,21 @@ func (s *Session) inference(c Candidate) Inference[Message] {
 // inferenceEnd is what the inference span learns when the call ends.
 func inferenceEnd(m Message, err error) []attribute.KeyValue {
 	if err != nil {
-		return []attribute.KeyValue{telemetry.GenAIFinishReasons.StringSlice([]string{StopError})}
+		return []attribute.KeyValue{semconv.GenAIFinishReasons.StringSlice([]string{StopError})}
 	}
-	kv := []attribute.KeyValue{
-		telemetry.GenAIInputTokens.Int(m.Usage.InputTokens),
-		telemetry.GenAIOutputTokens.Int(m.Usage.OutputTokens),
-		telemetry.GenAIFinishReasons.StringSlice([]string{m.StopReason}),
+	kv := []attribute.KeyValue{semconv.GenAIInputTokens.
+		Int(m.Usage.InputTokens), semconv.GenAIOutputTokens.
+		Int(m.Usage.OutputTokens), semconv.GenAIFinishReasons.
+		StringSlice([]string{m.StopReason}),
 	}
 	if m.Model != "" {
-		kv = append(kv, telemetry.GenAIResponseModel.String(m.Model))
+		kv = append(kv, semconv.GenAIResponseModel.String(m.Model))
 	}
 	if m.ResponseID != "" {
-		kv = append(kv, telemetry.GenAIResponseID.String(m.ResponseID))
+		kv = append(kv, semconv.GenAIResponseID.String(m.ResponseID))
 	}
 	if m.FirstChunk > 0 {
-		kv = append(kv, telemetry.GenAITimeToFirstChunk.Float64(m.FirstChunk.Seconds()))
+		kv = append(kv, semconv.GenAITimeToFirstChunk.Float64(m.FirstChunk.Seconds()))
 	}
 	return kv
 }

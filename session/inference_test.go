@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
@@ -63,17 +64,17 @@ func TestInferenceLayersOnAHandler(t *testing.T) {
 	require.Len(t, chat, 1)
 	c := chat[0]
 	assert.Equal(t, trace.SpanKindClient, c.SpanKind())
-	assert.Equal(t, "chat", v(c, telemetry.GenAIOperation))
-	assert.Equal(t, "acme", v(c, telemetry.GenAIProvider))
-	assert.Equal(t, "m-1", v(c, telemetry.GenAIRequestModel))
-	assert.Equal(t, "api.acme.test", v(c, telemetry.ServerAddress))
+	assert.Equal(t, "chat", v(c, semconv.GenAIOperation))
+	assert.Equal(t, "acme", v(c, semconv.GenAIProvider))
+	assert.Equal(t, "m-1", v(c, semconv.GenAIRequestModel))
+	assert.Equal(t, "api.acme.test", v(c, semconv.ServerAddress))
 	assert.Equal(t, "success_after_retry", v(c, telemetry.Outcome))
-	assert.Equal(t, "7", v(c, telemetry.GenAIInputTokens))
-	assert.Equal(t, `["stop"]`, v(c, telemetry.GenAIFinishReasons))
+	assert.Equal(t, "7", v(c, semconv.GenAIInputTokens))
+	assert.Equal(t, `["stop"]`, v(c, semconv.GenAIFinishReasons))
 	require.Len(t, model, 2, "a model span per attempt")
 	for _, m := range model {
 		assert.Equal(t, trace.SpanKindInternal, m.SpanKind())
-		_, has := attr(m, telemetry.GenAIOperation)
+		_, has := attr(m, semconv.GenAIOperation)
 		assert.False(t, has, "one GenAI operation per logical call")
 	}
 }
@@ -100,10 +101,10 @@ func TestInferenceDefaults(t *testing.T) {
 	_, err = unknown(context.Background(), "x")
 	require.Error(t, err)
 	assert.Equal(t, 1, calls)
-	assert.Equal(t, policies.OutcomeFailedUnknown, outcomeOf(err))
+	assert.Equal(t, telemetry.OutcomeFailedUnknown, outcomeOf(err))
 }
 
-func outcomeOf(err error) policies.Outcome {
+func outcomeOf(err error) string {
 	var fe *policies.Error
 	if errors.As(err, &fe) {
 		return fe.Outcome

@@ -12,6 +12,7 @@ import (
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/internal/errchain"
+	"github.com/retrace-go/retrace/internal/failure"
 	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 )
@@ -128,7 +129,7 @@ func errorText(err error, known []string) string {
 }
 
 func describe(err error, known []string) string {
-	err = policies.Underlying(err)
+	err = failure.Underlying(err)
 	e, own := errors.AsType[*policies.Error](err)
 	if own && e.Type == "stream_dropped" {
 		return redact.Text(e.Message, known, 0)

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/failure"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -239,7 +240,7 @@ func (s *Session) overflowing(ctx context.Context, t *turn) (Message, error) {
 func compact(ctx context.Context, c Compactor, history []Message) (out []Message, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			out, err = nil, policies.Recovered(v, debug.Stack())
+			out, err = nil, failure.Recovered(v, debug.Stack())
 		}
 	}()
 	return c(ctx, history)

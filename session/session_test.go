@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -107,21 +108,21 @@ func TestStreamingSuccess(t *testing.T) {
 	require.Len(t, model, 1)
 	assert.Equal(t, "model", model[0].Name())
 	assert.Equal(t, trace.SpanKindInternal, model[0].SpanKind())
-	assert.Empty(t, v(model[0], telemetry.GenAIOperation), "only the inference span is an inference")
+	assert.Empty(t, v(model[0], semconv.GenAIOperation), "only the inference span is an inference")
 	chat := f.spans("session")
 	require.Len(t, chat, 1)
 	assert.Equal(t, "chat gpt-test", chat[0].Name())
 	assert.Equal(t, trace.SpanKindClient, chat[0].SpanKind())
-	assert.Equal(t, "chat", v(chat[0], telemetry.GenAIOperation))
-	assert.Equal(t, "openai", v(chat[0], telemetry.GenAIProvider))
-	assert.Equal(t, "gpt-test", v(chat[0], telemetry.GenAIRequestModel))
-	assert.Equal(t, "true", v(chat[0], telemetry.GenAIRequestStream))
-	assert.Equal(t, "127.0.0.1", v(chat[0], telemetry.ServerAddress))
-	assert.NotEmpty(t, v(chat[0], telemetry.ServerPort))
-	assert.Equal(t, "3", v(chat[0], telemetry.GenAIOutputTokens))
-	assert.Equal(t, `["stop"]`, v(chat[0], telemetry.GenAIFinishReasons))
-	assert.NotEmpty(t, v(chat[0], telemetry.GenAIResponseID), "the completion's ID")
-	assert.NotEmpty(t, v(chat[0], telemetry.GenAITimeToFirstChunk))
+	assert.Equal(t, "chat", v(chat[0], semconv.GenAIOperation))
+	assert.Equal(t, "openai", v(chat[0], semconv.GenAIProvider))
+	assert.Equal(t, "gpt-test", v(chat[0], semconv.GenAIRequestModel))
+	assert.Equal(t, "true", v(chat[0], semconv.GenAIRequestStream))
+	assert.Equal(t, "127.0.0.1", v(chat[0], semconv.ServerAddress))
+	assert.NotEmpty(t, v(chat[0], semconv.ServerPort))
+	assert.Equal(t, "3", v(chat[0], semconv.GenAIOutputTokens))
+	assert.Equal(t, `["stop"]`, v(chat[0], semconv.GenAIFinishReasons))
+	assert.NotEmpty(t, v(chat[0], semconv.GenAIResponseID), "the completion's ID")
+	assert.NotEmpty(t, v(chat[0], semconv.GenAITimeToFirstChunk))
 	assert.Greater(t, msg.FirstChunk, time.Duration(0))
 	for _, s := range f.rec.Ended() {
 		for _, kv := range s.Attributes() {
@@ -233,7 +234,7 @@ func TestContextOverflowCompacts(t *testing.T) {
 	assert.Equal(t, "success", v(sessions[1], telemetry.Outcome))
 	assert.Empty(t, v(sessions[0], telemetry.ConversationCompacted))
 	assert.Equal(t, "true", v(sessions[1], telemetry.ConversationCompacted), "the call after compaction says so")
-	assert.Equal(t, `["error"]`, v(sessions[0], telemetry.GenAIFinishReasons), "a failed inference ends in error")
+	assert.Equal(t, `["error"]`, v(sessions[0], semconv.GenAIFinishReasons), "a failed inference ends in error")
 	for _, m := range f.spans("model") {
 		assert.Empty(t, v(m, telemetry.ConversationCompacted), "only the inference span carries it")
 	}
@@ -325,7 +326,7 @@ func TestHangCutByAttemptTimeout(t *testing.T) {
 	assert.Equal(t, policies.Transient, policies.Classify(err).Class)
 	model := f.spans("model")
 	require.Len(t, model, 1)
-	assert.Equal(t, "attempt_timeout", v(model[0], telemetry.ErrorType))
+	assert.Equal(t, "attempt_timeout", v(model[0], semconv.ErrorType))
 }
 
 func TestNewValidates(t *testing.T) {

@@ -142,11 +142,11 @@ func (f fault) answer() retracetest.Fault {
 // is permanent and stops both, every other fault is transient.
 type expectation struct {
 	requests int
-	outcome  policies.Outcome // of the root span
-	attempts int              // the runtime's attempts
-	delays   []time.Duration  // the runtime's waits before its attempts 2, 3
-	class    policies.Class   // a failed call's class
-	sleeps   []time.Duration  // every wait on the call's clock, in order
+	outcome  string          // of the root span
+	attempts int             // the runtime's attempts
+	delays   []time.Duration // the runtime's waits before its attempts 2, 3
+	class    policies.Class  // a failed call's class
+	sleeps   []time.Duration // every wait on the call's clock, in order
 }
 
 func predict(seed uint64, i int, sessionRetry, runtimeRetry policies.RetryConfig) expectation {
@@ -167,16 +167,16 @@ func predict(seed uint64, i int, sessionRetry, runtimeRetry policies.RetryConfig
 		}
 		switch {
 		case last.kind == kindOK && k == 1:
-			e.outcome = policies.OutcomeSuccess
+			e.outcome = telemetry.OutcomeSuccess
 			return e
 		case last.kind == kindOK:
-			e.outcome = policies.OutcomeSuccessAfterRetry
+			e.outcome = telemetry.OutcomeSuccessAfterRetry
 			return e
 		case last.kind == kind401:
-			e.outcome, e.class = policies.OutcomeFailedPermanent, policies.Permanent
+			e.outcome, e.class = telemetry.OutcomeFailedPermanent, policies.Permanent
 			return e
 		case k == runtimeRetry.MaxAttempts:
-			e.outcome, e.class = policies.OutcomeFailedExhausted, policies.Transient
+			e.outcome, e.class = telemetry.OutcomeFailedExhausted, policies.Transient
 			return e
 		}
 		d := wait(runtimeRetry, k, last)
@@ -387,8 +387,8 @@ func (s *soak) check(i int, msg session.Message, err error, slept []time.Duratio
 	case got.seen > 1:
 		s.problems.add("more than one root span", "call %d: %d roots", i, got.seen)
 	}
-	switch policies.Outcome(got.outcome) {
-	case policies.OutcomeSuccess, policies.OutcomeSuccessAfterRetry, policies.OutcomeFailedPermanent, policies.OutcomeFailedExhausted:
+	switch string(got.outcome) {
+	case telemetry.OutcomeSuccess, telemetry.OutcomeSuccessAfterRetry, telemetry.OutcomeFailedPermanent, telemetry.OutcomeFailedExhausted:
 	default:
 		s.problems.add("root outcome "+got.outcome, "call %d: class %q, %d requests, err %v", i, got.class, requests, err)
 	}
@@ -399,7 +399,7 @@ func (s *soak) check(i int, msg session.Message, err error, slept []time.Duratio
 	if worst := int64(s.sessionRetry.MaxAttempts * s.runtimeRetry.MaxAttempts); got.worstCase != worst {
 		s.problems.add("retrace.calls.worst_case ≠ runtime × session attempts", "call %d: worst case %d, retrace.calls %d", i, got.worstCase, got.calls)
 	}
-	if got.failed != want.outcome.Failed() {
+	if got.failed != failed(want.outcome) {
 		s.problems.add("root span status disagrees with its outcome", "call %d: status error %t, outcome %s", i, got.failed, got.outcome)
 	}
 	if int64(requests) != got.calls {
@@ -414,7 +414,7 @@ func (s *soak) check(i int, msg session.Message, err error, slept []time.Duratio
 			i, slept, want.sleeps, faultsOf(s.seed, i, want.requests))
 	}
 
-	if !want.outcome.Failed() {
+	if !failed(want.outcome) {
 		if err != nil {
 			s.problems.add("Exec failed where the call should succeed", "call %d: %v", i, err)
 		} else if msg.Content != retracetest.DefaultReply {
@@ -569,7 +569,7 @@ func TestChaosSoak(t *testing.T) {
 	assert.Equal(t, requests, r.models, "provider requests = model spans")
 	assert.Equal(t, want, requests, "provider requests = the expected requests")
 	assert.Equal(t, expected, outcomes, "root outcomes = the expected outcomes")
-	assert.Zero(t, outcomes[string(policies.OutcomeFailedUnknown)], "calls that ended failed_unknown")
+	assert.Zero(t, outcomes[string(telemetry.OutcomeFailedUnknown)], "calls that ended failed_unknown")
 	assert.Zero(t, r.unknown, "spans of class unknown")
 	assert.Zero(t, r.leaked, "spans carrying the API key")
 	assert.Zero(t, s.shape.Load(), "requests whose messages were not [system, user], or not a stream with usage")
@@ -599,4 +599,9 @@ func (s *soak) running(n int) []int {
 		}
 	}
 	return out
+}
+
+// failed reports whether outcome is a failure's: anything but a success.
+func failed(outcome string) bool {
+	return outcome != telemetry.OutcomeSuccess && outcome != telemetry.OutcomeSuccessAfterRetry
 }

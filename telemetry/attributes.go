@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"go.opentelemetry.io/otel/attribute"
-	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 )
 
 // retrace's own attributes.
@@ -15,7 +14,7 @@ const (
 	RetryDepth     = attribute.Key("retrace.retry.depth")      // layer span: retrying layers enclosing this one (0 = outermost)
 	ErrorClass     = attribute.Key("retrace.error.class")      // failed span: a policies.Class
 	ErrorReason    = attribute.Key("retrace.error.reason")     // failed attempt span (a layer span when it has no attempt spans): the rule that classified the error ("http 429", "marker: invalid api key")
-	Outcome        = attribute.Key("retrace.outcome")          // layer span: a policies.Outcome (success, success_after_retry, failed_permanent, failed_fatal, failed_unknown, failed_transient, failed_user_action, failed_exhausted, budget_exhausted, rejected, canceled, step_limit)
+	Outcome        = attribute.Key("retrace.outcome")          // layer span: how the call ended, one of the Outcome… values (success, success_after_retry, failed_permanent, failed_fatal, failed_unknown, failed_transient, failed_user_action, failed_exhausted, budget_exhausted, rejected, canceled, step_limit)
 	Diagnosis      = attribute.Key("retrace.diagnosis")        // failed retrying layer span: "failed after 3 attempts: …", "failed permanently: …"
 	Calls          = attribute.Key("retrace.calls")            // outermost layer span: leaf calls made beneath it
 	CallsWorstCase = attribute.Key("retrace.calls.worst_case") // outermost layer span and nested-retry event: the most leaf calls the layers beneath could make (max attempts × the costliest attempt; a loop's MaxSteps × its costliest step), never below retrace.calls
@@ -71,42 +70,4 @@ const (
 	// EventCompacted is added when a session compacts its history after a
 	// context overflow.
 	EventCompacted = "retrace.session.compacted"
-)
-
-// OpenTelemetry semantic-convention keys retrace sets, taken from the
-// conventions' own package (the release whose schema retrace's spans and
-// metrics name), so that a key here is the convention's, letter for letter.
-const (
-	ErrorType = semconv.ErrorTypeKey // failed span: the error's low-cardinality type: the provider's code, the HTTP status or the Go type
-
-	GenAIOperation     = semconv.GenAIOperationNameKey         // chat, tool and agent spans: chat, execute_tool, invoke_agent
-	GenAIProvider      = semconv.GenAIProviderNameKey          // chat, candidate and agent spans: openai, anthropic, …
-	GenAIRequestModel  = semconv.GenAIRequestModelKey          // chat and candidate spans: the model asked for
-	GenAIResponseModel = semconv.GenAIResponseModelKey         // chat span: the model that answered
-	GenAIInputTokens   = semconv.GenAIUsageInputTokensKey      // chat span: prompt tokens
-	GenAIOutputTokens  = semconv.GenAIUsageOutputTokensKey     // chat span: completion tokens
-	GenAIFinishReasons = semconv.GenAIResponseFinishReasonsKey // chat span: why the model stopped; ["error"] when the call failed
-	GenAIResponseID    = semconv.GenAIResponseIDKey            // chat span: the provider's ID for the completion
-	GenAIRequestStream = semconv.GenAIRequestStreamKey         // chat span: the answer was asked for as a stream
-	// GenAITimeToFirstChunk is on the chat span: how long the answer's first
-	// piece took to arrive, in seconds, in the attempt that ended the call.
-	GenAITimeToFirstChunk = semconv.GenAIResponseTimeToFirstChunkKey
-	GenAIToolName         = semconv.GenAIToolNameKey        // tool span: the tool called
-	GenAIToolCallID       = semconv.GenAIToolCallIDKey      // tool span: the model's ID for the call
-	GenAIToolType         = semconv.GenAIToolTypeKey        // tool span: function
-	GenAIToolDesc         = semconv.GenAIToolDescriptionKey // tool span: the tool's description, as offered to the model
-	GenAIAgentName        = semconv.GenAIAgentNameKey       // agent span: the agent's name, when the loop has one
-
-	HTTPMethod     = semconv.HTTPRequestMethodKey      // request span: GET, POST, …
-	HTTPStatusCode = semconv.HTTPResponseStatusCodeKey // request span: the response's status; MCP client span over Streamable HTTP: an error status
-	URLFull        = semconv.URLFullKey                // request span: the request URL, without secrets
-	ServerAddress  = semconv.ServerAddressKey          // request and chat spans: the host called
-	ServerPort     = semconv.ServerPortKey             // request and chat spans: the port called, the scheme's default included
-	// HTTPResendCount is on a request span: the physical request's place
-	// among the attempts of one logical request, 0 for the first, then 1,
-	// 2, … for the retries (from an SDK's X-Stainless-Retry-Count, or the
-	// layer's own attempts).
-	HTTPResendCount = semconv.HTTPRequestResendCountKey
-
-	ServiceName = semconv.ServiceNameKey // resource: the service, when the environment names none
 )

@@ -2,7 +2,6 @@ package telemetry
 
 import (
 	"go.opentelemetry.io/otel/attribute"
-	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 )
 
 // The metrics retrace records. The GenAI client metrics follow the
@@ -40,11 +39,4 @@ const (
 // Attributes that only metrics carry.
 const (
 	CircuitName = attribute.Key("retrace.circuit.name") // breaker metrics: the breaker's name, else its layer's
-	TokenType   = semconv.GenAITokenTypeKey             // token usage: input or output
-)
-
-// The values of gen_ai.token.type.
-const (
-	TokenInput  = "input"
-	TokenOutput = "output"
 )

@@ -13,6 +13,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/failure"
 	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -41,7 +42,7 @@ func (f *Failure) JSON() string {
 // failure turns the tool chain's final error into what the model can act on.
 func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	cls := policies.Classify(err)
-	outcome := policies.OutcomeFailedPermanent
+	outcome := telemetry.OutcomeFailedPermanent
 	attempts := 1
 	if fe, ok := errors.AsType[*policies.Error](err); ok && fe.Outcome != "" {
 		outcome, attempts = fe.Outcome, fe.Attempts
@@ -64,20 +65,20 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	}
 	name := t.name
 	switch {
-	case outcome == policies.OutcomeRejected && errors.Is(err, circuitbreaker.ErrOpen):
-		if rej, ok := errors.AsType[*policies.Error](policies.Underlying(err)); ok {
+	case outcome == telemetry.OutcomeRejected && errors.Is(err, circuitbreaker.ErrOpen):
+		if rej, ok := errors.AsType[*policies.Error](failure.Underlying(err)); ok {
 			after = rej.RetryAfter // the refusal's: the breaker's remaining cool-down
 		}
 		// A call now would be refused without reaching the tool: not
 		// retryable until the circuit's cool-down has passed.
 		f.Retryable = false
 		f.Hint = fmt.Sprintf("%s is unavailable, circuit open for another %d s: use another tool or answer with what you have", name, seconds(after))
-	case outcome == policies.OutcomeRejected && errors.Is(err, bulkhead.ErrFull):
+	case outcome == telemetry.OutcomeRejected && errors.Is(err, bulkhead.ErrFull):
 		f.Hint = fmt.Sprintf("%s is busy with other calls: try again in a moment or use another tool", name)
-	case outcome == policies.OutcomeBudgetExhausted:
+	case outcome == telemetry.OutcomeBudgetExhausted:
 		f.Retryable = false
 		f.Hint = fmt.Sprintf("the task's retry budget is spent, so %s was not retried: use another tool or answer with what you have", name)
-	case outcome == policies.OutcomeCanceled || cls.Class == policies.Canceled:
+	case outcome == telemetry.OutcomeCanceled || cls.Class == policies.Canceled:
 		f.Retryable = false
 		f.Hint = "the call was canceled: stop"
 	case cls.Class == policies.Transient:
@@ -101,7 +102,7 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 	default:
 		f.Hint = fmt.Sprintf("%s failed with an error retrace does not recognise: do not count on a retry; use another tool or answer with what you have", name)
 	}
-	if after > 0 && (f.Retryable || outcome == policies.OutcomeRejected) {
+	if after > 0 && (f.Retryable || outcome == telemetry.OutcomeRejected) {
 		f.RetryAfterS = math.Ceil(after.Seconds())
 	}
 	return f
@@ -111,7 +112,7 @@ func (t *Tool) failure(ctx context.Context, err error) *Failure {
 // exact value, secret patterns besides): what the downstream said, without
 // retrace's layer prefixes.
 func message(ctx context.Context, err error) string {
-	err = policies.Underlying(err)
+	err = failure.Underlying(err)
 	s := strings.Join(strings.Fields(redact.Text(engine.ErrorText(err), engine.SecretsFrom(ctx), 0)), " ")
 	if s == "" {
 		return "(no message)"

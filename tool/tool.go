@@ -11,10 +11,10 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 
 	"github.com/retrace-go/retrace/clock"
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Func is a tool's implementation.
@@ -251,7 +251,7 @@ func (b *Box) Invoke(ctx context.Context, call session.ToolCall) session.Message
 		return msg
 	}
 	if call.ID != "" {
-		ctx = middleware.WithCallAttributes(ctx, telemetry.GenAIToolCallID.String(call.ID))
+		ctx = middleware.WithCallAttributes(ctx, semconv.GenAIToolCallID.String(call.ID))
 	}
 	msg.Content = t.Invoke(ctx, call.Arguments).Content
 	return msg
@@ -259,13 +259,13 @@ func (b *Box) Invoke(ctx context.Context, call session.ToolCall) session.Message
 
 // toolAttributes are an execute_tool span's attributes from its start.
 func toolAttributes(name, description string) []attribute.KeyValue {
-	kv := []attribute.KeyValue{
-		telemetry.GenAIOperation.String("execute_tool"),
-		telemetry.GenAIToolName.String(name),
-		telemetry.GenAIToolType.String("function"),
+	kv := []attribute.KeyValue{semconv.GenAIOperation.
+		String("execute_tool"), semconv.GenAIToolName.
+		String(name), semconv.GenAIToolType.
+		String("function"),
 	}
 	if description != "" {
-		kv = append(kv, telemetry.GenAIToolDesc.String(description))
+		kv = append(kv, semconv.GenAIToolDesc.String(description))
 	}
 	return kv
 }

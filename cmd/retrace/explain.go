@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -243,7 +244,7 @@ func refusalPolicy(errorType string) string {
 // refused reports whether n ended refused by a policy that called nothing,
 // by the rule retracetest.TraceCounts counts leaf spans with.
 func (n *node) refused() bool {
-	return refusalPolicy(n.str(telemetry.ErrorType)) != ""
+	return refusalPolicy(n.str(semconv.ErrorType)) != ""
 }
 
 // guards names what a layer's policy guards: its tool, else its layer.
@@ -303,7 +304,7 @@ func analyze(f *forest) (*Analysis, error) {
 				if class == "" {
 					class = unclassified
 				}
-				errs[[2]string{class, n.str(telemetry.ErrorType)}]++
+				errs[[2]string{class, n.str(semconv.ErrorType)}]++
 			}
 		}
 		if n.isAttempt() && n.has(telemetry.RetryDelayMs) {
@@ -325,7 +326,7 @@ func analyze(f *forest) (*Analysis, error) {
 	a.Nested, a.Product = nesting(root, f.all)
 	a.Breakers = breakers(f.all)
 	for _, n := range f.all {
-		if o := n.str(telemetry.Outcome); n.isLayer() && (o == string(policies.OutcomeRejected) || o == string(policies.OutcomeBudgetExhausted)) {
+		if o := n.str(telemetry.Outcome); n.isLayer() && (o == string(telemetry.OutcomeRejected) || o == string(telemetry.OutcomeBudgetExhausted)) {
 			a.Decisions = append(a.Decisions, Decision{Span: n.s.Name(), Outcome: o, Diagnosis: n.str(telemetry.Diagnosis)})
 		}
 	}
@@ -339,10 +340,10 @@ func analyze(f *forest) (*Analysis, error) {
 // that error.type names. index finds a refusal already counted, by its
 // fields without the count.
 func (a *Analysis) refuse(n *node, index map[Refusal]int) {
-	typ := n.str(telemetry.ErrorType)
+	typ := n.str(semconv.ErrorType)
 	r := Refusal{Policy: refusalPolicy(typ), Layer: n.str(telemetry.Layer), Type: typ}
 	for _, k := range n.kids {
-		if k.isPolicy() && k.str(telemetry.ErrorType) == typ {
+		if k.isPolicy() && k.str(semconv.ErrorType) == typ {
 			r.Policy, r.Layer = k.str(telemetry.Policy), k.str(telemetry.Layer)
 			break
 		}
@@ -353,7 +354,7 @@ func (a *Analysis) refuse(n *node, index map[Refusal]int) {
 	}
 	if l != nil {
 		r.Layer = cmp.Or(r.Layer, l.str(telemetry.Layer))
-		r.Tool = l.str(telemetry.GenAIToolName)
+		r.Tool = l.str(semconv.GenAIToolName)
 	}
 	if i, ok := index[r]; ok {
 		a.Refused[i].Count++
@@ -396,7 +397,7 @@ func nesting(root *node, all []*node) ([]NestedLayer, int64) {
 				visible[n.str(telemetry.Layer)] = true
 			}
 		}
-		resent = resent || n.num(telemetry.HTTPResendCount) > 0
+		resent = resent || n.num(semconv.HTTPResendCount) > 0
 	}
 	for i := range chain {
 		l := &chain[i]
@@ -442,7 +443,7 @@ func breakers(all []*node) []Breaker {
 		g := guard{layer: n.str(telemetry.Layer)}
 		if n.layer != nil {
 			g.layer = cmp.Or(g.layer, n.layer.str(telemetry.Layer))
-			g.tool = n.layer.str(telemetry.GenAIToolName)
+			g.tool = n.layer.str(semconv.GenAIToolName)
 		}
 		b, ok := byGuard[g]
 		if !ok {
@@ -476,7 +477,7 @@ func budget(all []*node) *Budget {
 			b = &Budget{Remaining: n.num(telemetry.BudgetLeft)}
 		}
 		b.Remaining = min(b.Remaining, n.num(telemetry.BudgetLeft))
-		if n.str(telemetry.Outcome) == string(policies.OutcomeBudgetExhausted) {
+		if n.str(telemetry.Outcome) == string(telemetry.OutcomeBudgetExhausted) {
 			b.Refusals++
 		}
 	}
@@ -523,7 +524,7 @@ func advise(a *Analysis, all []*node) []Advice {
 	// a retrying layer.
 	resent, under := int64(0), ""
 	for _, n := range all {
-		if c := n.num(telemetry.HTTPResendCount); c > 0 && c > resent {
+		if c := n.num(semconv.HTTPResendCount); c > 0 && c > resent {
 			resent = c
 			if n.retrying != nil {
 				under = n.retrying.str(telemetry.Layer)
@@ -552,7 +553,7 @@ func advise(a *Analysis, all []*node) []Advice {
 			continue
 		}
 		first := attempts[0]
-		class, typ := first.str(telemetry.ErrorClass), first.str(telemetry.ErrorType)
+		class, typ := first.str(telemetry.ErrorClass), first.str(semconv.ErrorType)
 		switch class {
 		case "permanent", "fatal", "context_overflow", "programming":
 			out = append(out, Advice{Kind: "add_rule", Text: fmt.Sprintf(
@@ -561,7 +562,7 @@ func advise(a *Analysis, all []*node) []Advice {
 		case "unknown":
 			same := true
 			for _, at := range attempts {
-				same = same && at.failed() && at.str(telemetry.ErrorType) == typ
+				same = same && at.failed() && at.str(semconv.ErrorType) == typ
 			}
 			if same {
 				out = append(out, Advice{Kind: "add_rule", Text: fmt.Sprintf(
@@ -574,7 +575,7 @@ func advise(a *Analysis, all []*node) []Advice {
 	// Every leaf call failed alike and no breaker acted: a breaker would
 	// have stopped the calls.
 	if len(a.Breakers) == 0 && len(a.Errors) == 1 && a.Errors[0].Class == string(policies.Transient) && a.Errors[0].Count >= 5 &&
-		a.Errors[0].Count == a.LeafSpans && a.Outcome != string(policies.OutcomeSuccess) && a.Outcome != string(policies.OutcomeSuccessAfterRetry) {
+		a.Errors[0].Count == a.LeafSpans && a.Outcome != string(telemetry.OutcomeSuccess) && a.Outcome != string(telemetry.OutcomeSuccessAfterRetry) {
 		out = append(out, Advice{Kind: "add_breaker", Text: fmt.Sprintf(
 			"all %d calls failed alike (%s %s) and no circuit breaker acted: a breaker on the called layer (policies.NewCircuitBreaker, 5 failures) would have refused the rest at once",
 			a.Errors[0].Count, a.Errors[0].Class, a.Errors[0].Type)})

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/telemetry/setup"
 )
@@ -269,10 +270,10 @@ func TestForestReachesEverySpanOnce(t *testing.T) {
 func TestExplainRefusals(t *testing.T) {
 	refusedBy := func(policy string) []attribute.KeyValue {
 		return []attribute.KeyValue{telemetry.Policy.String(policy), telemetry.Layer.String("model"),
-			telemetry.CircuitState.String(telemetry.CircuitOpen), telemetry.ErrorClass.String("transient"), telemetry.ErrorType.String("circuit_open")}
+			telemetry.CircuitState.String(telemetry.CircuitOpen), telemetry.ErrorClass.String("transient"), semconv.ErrorType.String("circuit_open")}
 	}
 	failed := func(typ string, kvs ...attribute.KeyValue) []attribute.KeyValue {
-		return append(kvs, telemetry.ErrorClass.String("transient"), telemetry.ErrorType.String(typ))
+		return append(kvs, telemetry.ErrorClass.String("transient"), semconv.ErrorType.String(typ))
 	}
 	file := otlpFile(t, traceOf(1,
 		// The fleet's refused call, as retrace writes it.
@@ -282,7 +283,7 @@ func TestExplainRefusals(t *testing.T) {
 		fake{id: 2, parent: 1, name: "model attempt", failed: "provider: circuit breaker open", attrs: failed("circuit_open", telemetry.Attempt.Int(1))},
 		fake{id: 3, parent: 2, name: "circuit_breaker", failed: "provider: circuit breaker open", attrs: refusedBy(telemetry.PolicyCircuitBreaker)},
 		// A tool's call a full bulkhead refused, with no policy span.
-		fake{id: 4, parent: 1, name: "execute_tool search_docs", attrs: []attribute.KeyValue{telemetry.Layer.String("tool"), telemetry.GenAIToolName.String("search_docs")}},
+		fake{id: 4, parent: 1, name: "execute_tool search_docs", attrs: []attribute.KeyValue{telemetry.Layer.String("tool"), semconv.GenAIToolName.String("search_docs")}},
 		fake{id: 5, parent: 4, name: "tool attempt", failed: "bulkhead full", attrs: failed("bulkhead_full", telemetry.Attempt.Int(1))},
 		fake{id: 6, parent: 4, name: "tool attempt", failed: "bulkhead full", attrs: failed("bulkhead_full", telemetry.Attempt.Int(2))},
 	))
@@ -326,7 +327,7 @@ func TestExplainUncounted(t *testing.T) {
 		fake{id: 1, name: "task", attrs: append(rootLayer("task", 1), telemetry.CallsUncounted.Int(3))},
 		fake{id: 2, parent: 1, name: "execute_tool echo", attrs: []attribute.KeyValue{telemetry.Layer.String("tool"), telemetry.Outcome.String("success_after_retry")}},
 		fake{id: 3, parent: 2, name: "tool attempt", failed: "the MCP session has ended", attrs: []attribute.KeyValue{telemetry.Attempt.Int(1),
-			telemetry.ErrorClass.String("transient"), telemetry.ErrorType.String("connection_closed"), telemetry.Uncounted.String(telemetry.UncountedUnsent)}},
+			telemetry.ErrorClass.String("transient"), semconv.ErrorType.String("connection_closed"), telemetry.Uncounted.String(telemetry.UncountedUnsent)}},
 		fake{id: 4, parent: 2, name: "tool attempt", attrs: []attribute.KeyValue{telemetry.Attempt.Int(2)}},
 		fake{id: 5, parent: 4, name: "initialize", attrs: []attribute.KeyValue{telemetry.Layer.String("mcp"), telemetry.Outcome.String("success"),
 			telemetry.Uncounted.String(telemetry.UncountedHandshake)}},

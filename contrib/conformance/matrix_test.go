@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.uber.org/goleak"
 
 	"github.com/retrace-go/retrace/clock"
@@ -158,10 +159,10 @@ func run(t *testing.T, p path, f fault) result {
 	}
 	if r.err != nil && len(failed) > 0 {
 		last := failed[len(failed)-1]
-		r.class, r.errType = attr(last, telemetry.ErrorClass), attr(last, telemetry.ErrorType)
+		r.class, r.errType = attr(last, telemetry.ErrorClass), attr(last, semconv.ErrorTypeKey)
 		for _, s := range failed {
-			if attr(s, telemetry.ErrorClass) != r.class || attr(s, telemetry.ErrorType) != r.errType {
-				r.disagree = fmt.Sprintf("%s says %s %s", s.Name(), attr(s, telemetry.ErrorClass), attr(s, telemetry.ErrorType))
+			if attr(s, telemetry.ErrorClass) != r.class || attr(s, semconv.ErrorTypeKey) != r.errType {
+				r.disagree = fmt.Sprintf("%s says %s %s", s.Name(), attr(s, telemetry.ErrorClass), attr(s, semconv.ErrorTypeKey))
 			}
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
@@ -176,7 +177,7 @@ func assertFailure(t *testing.T, spans []sdktrace.ReadOnlySpan, class, typ strin
 		}
 		n++
 		assert.Equal(t, class, str(s, telemetry.ErrorClass), "%s's class", s.Name())
-		assert.Equal(t, typ, str(s, telemetry.ErrorType), "%s's error.type", s.Name())
+		assert.Equal(t, typ, str(s, semconv.ErrorTypeKey), "%s's error.type", s.Name())
 	}
 	assert.Positive(t, n, "a failed span")
 }
@@ -201,7 +202,7 @@ func TestProviderOutage(t *testing.T) {
 	require.Error(t, err)
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, fe.Outcome)
 	assert.Equal(t, 4, fe.Attempts)
 
 	root := r.root(t)
@@ -215,8 +216,8 @@ func TestProviderOutage(t *testing.T) {
 	assertFailure(t, r.rec.Ended(), "transient", "server_error")
 	inference := layerSpans(r.rec.Ended(), "session")
 	require.Len(t, inference, 1)
-	assert.Equal(t, string(policies.OutcomeFailedExhausted), str(inference[0], telemetry.Outcome))
-	reasons, _ := lookup(inference[0], telemetry.GenAIFinishReasons)
+	assert.Equal(t, string(telemetry.OutcomeFailedExhausted), str(inference[0], telemetry.Outcome))
+	reasons, _ := lookup(inference[0], semconv.GenAIResponseFinishReasonsKey)
 	assert.Equal(t, []string{"error"}, reasons.AsStringSlice())
 }
 
@@ -241,31 +242,31 @@ func TestInferenceSpans(t *testing.T) {
 			chat := inference[0]
 			assert.Equal(t, "chat gpt-test", chat.Name())
 			assert.Equal(t, trace.SpanKindClient, chat.SpanKind())
-			assert.Equal(t, "chat", str(chat, telemetry.GenAIOperation))
-			assert.Equal(t, "openai", str(chat, telemetry.GenAIProvider))
-			assert.Equal(t, "gpt-test", str(chat, telemetry.GenAIRequestModel))
-			stream, ok := lookup(chat, telemetry.GenAIRequestStream)
+			assert.Equal(t, "chat", str(chat, semconv.GenAIOperationNameKey))
+			assert.Equal(t, "openai", str(chat, semconv.GenAIProviderNameKey))
+			assert.Equal(t, "gpt-test", str(chat, semconv.GenAIRequestModelKey))
+			stream, ok := lookup(chat, semconv.GenAIRequestStreamKey)
 			require.True(t, ok, "gen_ai.request.stream is set per call")
 			assert.Equal(t, streaming, stream.AsBool())
-			assert.Equal(t, string(policies.OutcomeSuccessAfterRetry), str(chat, telemetry.Outcome))
-			assert.Positive(t, num(chat, telemetry.GenAIInputTokens))
-			assert.Positive(t, num(chat, telemetry.GenAIOutputTokens))
-			reasons, _ := lookup(chat, telemetry.GenAIFinishReasons)
+			assert.Equal(t, string(telemetry.OutcomeSuccessAfterRetry), str(chat, telemetry.Outcome))
+			assert.Positive(t, num(chat, semconv.GenAIUsageInputTokensKey))
+			assert.Positive(t, num(chat, semconv.GenAIUsageOutputTokensKey))
+			reasons, _ := lookup(chat, semconv.GenAIResponseFinishReasonsKey)
 			assert.Equal(t, []string{"stop"}, reasons.AsStringSlice())
-			assert.NotEmpty(t, str(chat, telemetry.GenAIResponseID), "eino-ext keeps the completion's ID")
+			assert.NotEmpty(t, str(chat, semconv.GenAIResponseIDKey), "eino-ext keeps the completion's ID")
 
 			models := layerSpans(spans, "model")
 			require.Len(t, models, 2, "a model span per attempt")
 			for _, m := range models {
 				assert.Equal(t, trace.SpanKindInternal, m.SpanKind())
-				_, op := lookup(m, telemetry.GenAIOperation)
+				_, op := lookup(m, semconv.GenAIOperationNameKey)
 				assert.False(t, op, "an attempt is not a GenAI operation of its own")
 			}
 
 			root := r.root(t)
-			assert.Equal(t, "invoke_agent", str(root, telemetry.GenAIOperation))
-			assert.Equal(t, "oncall", str(root, telemetry.GenAIAgentName))
-			assert.Equal(t, "openai", str(root, telemetry.GenAIProvider))
+			assert.Equal(t, "invoke_agent", str(root, semconv.GenAIOperationNameKey))
+			assert.Equal(t, "oncall", str(root, semconv.GenAIAgentNameKey))
+			assert.Equal(t, "openai", str(root, semconv.GenAIProviderNameKey))
 			assert.EqualValues(t, 2, num(root, telemetry.Calls))
 		})
 	}
@@ -308,18 +309,18 @@ func TestQuotaIsOneRequest(t *testing.T) {
 				require.Error(t, err)
 				var fe *policies.Error
 				require.ErrorAs(t, err, &fe)
-				assert.Equal(t, policies.OutcomeFailedFatal, fe.Outcome)
+				assert.Equal(t, telemetry.OutcomeFailedFatal, fe.Outcome)
 				assert.NotErrorIs(t, err, adk.ErrExceedMaxRetries, "eino did not retry")
 				assert.Equal(t, 1, r.srv.Requests())
 				assert.Equal(t, 1, leafSpans(r.rec.Ended()))
 				assert.EqualValues(t, 1, num(r.root(t), telemetry.Calls))
 				assert.Equal(t, tc.asked, asked.Load())
 				for _, s := range layerSpans(r.rec.Ended(), "session") {
-					assert.Equal(t, string(policies.OutcomeFailedFatal), str(s, telemetry.Outcome))
+					assert.Equal(t, string(telemetry.OutcomeFailedFatal), str(s, telemetry.Outcome))
 				}
 				root := r.root(t)
 				assert.Equal(t, "fatal", str(root, telemetry.ErrorClass))
-				assert.Equal(t, "insufficient_quota", str(root, telemetry.ErrorType))
+				assert.Equal(t, "insufficient_quota", str(root, semconv.ErrorTypeKey))
 				assertFailure(t, r.rec.Ended(), "fatal", "insufficient_quota")
 			})
 		}
@@ -356,9 +357,9 @@ func TestModelRetryConfigMultipliesTheSession(t *testing.T) {
 	for _, s := range sessions {
 		assert.Equal(t, "chat gpt-test", s.Name())
 		assert.EqualValues(t, 1, num(s, telemetry.RetryDepth), "inside eino's retry")
-		assert.Equal(t, string(policies.OutcomeFailedExhausted), str(s, telemetry.Outcome))
+		assert.Equal(t, string(telemetry.OutcomeFailedExhausted), str(s, telemetry.Outcome))
 	}
-	assert.Equal(t, string(policies.OutcomeFailedExhausted), str(root, telemetry.Outcome))
+	assert.Equal(t, string(telemetry.OutcomeFailedExhausted), str(root, telemetry.Outcome))
 	assertFailure(t, r.rec.Ended(), "transient", "server_error")
 }
 
@@ -376,7 +377,7 @@ func TestModelRetryConfigStopsOnPermanentErrors(t *testing.T) {
 	assert.Equal(t, 1, leafSpans(r.rec.Ended()))
 	assert.EqualValues(t, 1, num(root, telemetry.Calls))
 	for _, s := range layerSpans(r.rec.Ended(), "session") {
-		assert.Equal(t, string(policies.OutcomeFailedPermanent), str(s, telemetry.Outcome))
+		assert.Equal(t, string(telemetry.OutcomeFailedPermanent), str(s, telemetry.Outcome))
 	}
 	assertFailure(t, r.rec.Ended(), "permanent", "invalid_api_key")
 }
@@ -442,7 +443,7 @@ func TestAgentsShareTheGovernedRetry(t *testing.T) {
 	for _, err := range errs {
 		var fe *policies.Error
 		require.ErrorAs(t, err, &fe)
-		assert.Equal(t, policies.OutcomeFailedFatal, fe.Outcome)
+		assert.Equal(t, telemetry.OutcomeFailedFatal, fe.Outcome)
 	}
 	assert.Equal(t, runs, r.srv.Requests(), "one request per run")
 }
@@ -470,10 +471,10 @@ func TestDroppedStreamIsRetried(t *testing.T) {
 				assert.EqualValues(t, 2, num(r.root(t), telemetry.Calls))
 				chat := layerSpans(r.rec.Ended(), "session")
 				require.Len(t, chat, 1)
-				assert.Equal(t, string(policies.OutcomeSuccessAfterRetry), str(chat[0], telemetry.Outcome))
+				assert.Equal(t, string(telemetry.OutcomeSuccessAfterRetry), str(chat[0], telemetry.Outcome))
 				models := layerSpans(r.rec.Ended(), "model")
 				require.Len(t, models, 2)
-				assert.Equal(t, "stream_dropped", str(models[0], telemetry.ErrorType))
+				assert.Equal(t, "stream_dropped", str(models[0], semconv.ErrorTypeKey))
 			})
 			t.Run(name+"/always", func(t *testing.T) {
 				r := newRig(t, retracetest.Always(fault.f))
@@ -529,7 +530,7 @@ func TestToolOutageOpensTheBreaker(t *testing.T) {
 			assert.GreaterOrEqual(t, num(root, telemetry.CallsWorstCase), num(root, telemetry.Calls))
 			var outcomes []string
 			for _, s := range layerSpans(r.rec.Ended(), "tool") {
-				if str(s, telemetry.GenAIToolName) == "search_docs" {
+				if str(s, semconv.GenAIToolNameKey) == "search_docs" {
 					outcomes = append(outcomes, str(s, telemetry.Outcome))
 					if str(s, telemetry.Outcome) == "rejected" {
 						assert.Contains(t, str(s, telemetry.Diagnosis), "circuit breaker open (retry in 1m0s)")

@@ -10,12 +10,12 @@ import (
 	"github.com/cloudwego/eino/adk"
 	"github.com/cloudwego/eino/components/model"
 	"github.com/cloudwego/eino/schema"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
-	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/tool"
 )
 
@@ -169,7 +169,7 @@ type governedModel struct {
 }
 
 func (g *governedModel) Generate(ctx context.Context, input []*schema.Message, opts ...model.Option) (*schema.Message, error) {
-	ctx = middleware.WithCallAttributes(ctx, telemetry.GenAIRequestStream.Bool(false))
+	ctx = middleware.WithCallAttributes(ctx, semconv.GenAIRequestStreamKey.Bool(false))
 	res, err := g.call(ctx, modelRequest{m: g.inner, input: input, opts: opts})
 	if err != nil {
 		return nil, err
@@ -178,7 +178,7 @@ func (g *governedModel) Generate(ctx context.Context, input []*schema.Message, o
 }
 
 func (g *governedModel) Stream(ctx context.Context, input []*schema.Message, opts ...model.Option) (*schema.StreamReader[*schema.Message], error) {
-	ctx = middleware.WithCallAttributes(ctx, telemetry.GenAIRequestStream.Bool(true))
+	ctx = middleware.WithCallAttributes(ctx, semconv.GenAIRequestStreamKey.Bool(true))
 	res, err := g.call(ctx, modelRequest{m: g.inner, input: input, opts: opts, stream: true})
 	if err != nil {
 		return nil, err

@@ -10,10 +10,10 @@ import (
 	einotool "github.com/cloudwego/eino/components/tool"
 	"github.com/cloudwego/eino/compose"
 	"github.com/cloudwego/eino/schema"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/tool"
 )
 
@@ -123,7 +123,7 @@ func (h *Middleware) WrapEnhancedStreamableToolCall(_ context.Context, endpoint 
 func (h *Middleware) govern(ctx context.Context, tCtx *adk.ToolContext, args string, attempt func(context.Context, string) (string, error)) (out string, failed bool, interrupt error) {
 	t := h.tool(tCtx.Name)
 	if tCtx.CallID != "" {
-		ctx = middleware.WithCallAttributes(ctx, telemetry.GenAIToolCallID.String(tCtx.CallID))
+		ctx = middleware.WithCallAttributes(ctx, semconv.GenAIToolCallIDKey.String(tCtx.CallID))
 	}
 	// work is one attempt: one call of the eino endpoint (a kind of tool
 	// whose result is not a string keeps it where its wrapper reads it).

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
@@ -60,12 +61,12 @@ func toolOutcomes(t *testing.T, spans []sdktrace.ReadOnlySpan, name string) []st
 	t.Helper()
 	var out []string
 	for _, s := range layerSpans(spans, "tool") {
-		if str(s, telemetry.GenAIToolName) != name {
+		if str(s, semconv.GenAIToolNameKey) != name {
 			continue
 		}
 		o := str(s, telemetry.Outcome)
 		out = append(out, o)
-		failed := o != string(policies.OutcomeSuccess) && o != string(policies.OutcomeSuccessAfterRetry)
+		failed := o != string(telemetry.OutcomeSuccess) && o != string(telemetry.OutcomeSuccessAfterRetry)
 		assert.Equal(t, failed, s.Status().Code == codes.Error, "%s ended %s", s.Name(), o)
 	}
 	return out
@@ -95,7 +96,7 @@ func TestErrorHandlerToolIsGoverned(t *testing.T) {
 	require.Len(t, handled, 3, "the handler makes the text of each call's final failure")
 	var fe *policies.Error
 	require.ErrorAs(t, handled[0], &fe)
-	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, fe.Outcome)
 	var api *policies.Error
 	require.ErrorAs(t, handled[0], &api, "the tool's own error, through retrace's")
 	assert.Equal(t, 429, api.StatusCode)
@@ -226,7 +227,7 @@ func TestEveryToolKindIsGoverned(t *testing.T) {
 		assert.Equal(t, "transient", failure(t, out).Class)
 		spans := layerSpans(r.rec.Ended(), "tool")
 		require.Len(t, spans, 1)
-		assert.Equal(t, "call-1", str(spans[0], telemetry.GenAIToolCallID))
+		assert.Equal(t, "call-1", str(spans[0], semconv.GenAIToolCallIDKey))
 	})
 	t.Run("streamable", func(t *testing.T) {
 		r := newRig(t, retracetest.Always(retracetest.OK()))

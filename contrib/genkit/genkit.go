@@ -14,6 +14,7 @@ import (
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 	"github.com/retrace-go/retrace/runtime"
 	"github.com/retrace-go/retrace/tool"
 )
@@ -100,7 +101,7 @@ func (m *Middleware) New(ctx context.Context) (*ai.Hooks, error) {
 
 // breakerState is the state the tools' breakers keep when the genkit
 // instance that runs the Generate has a [Plugin], nil otherwise.
-func breakerState(ctx context.Context) *policies.MemoryState {
+func breakerState(ctx context.Context) *state.Memory {
 	g := genkit.FromContext(ctx)
 	if g == nil {
 		return nil
@@ -117,7 +118,7 @@ func breakerState(ctx context.Context) *policies.MemoryState {
 // state.
 type generation struct {
 	m        *Middleware
-	breakers *policies.MemoryState
+	breakers *state.Memory
 	model    string // the model's name, genkit's "provider/model"
 	inner    inner  // genkit's retries beneath retrace's model hook
 	outer    inner  // genkit's Retry around it
@@ -328,10 +329,10 @@ func (g *generation) wrapTool(ctx context.Context, p *ai.ToolParams, next ai.Too
 // breaker keeps (a Plugin's), nil for the tool's own.
 type toolKey struct {
 	name  string
-	state *policies.MemoryState
+	state *state.Memory
 }
 
-func (m *Middleware) tool(name string, state *policies.MemoryState) *tool.Tool {
+func (m *Middleware) tool(name string, state *state.Memory) *tool.Tool {
 	cfg := m.cfg.Tool
 	if cfg.Breaker.State != nil {
 		state = nil // the user's own State holds the breaker

@@ -190,7 +190,7 @@ func TestProviderOutage(t *testing.T) {
 	require.Error(t, err)
 	var fe *policies.Error
 	require.True(t, errors.As(err, &fe), "the session layer's final error: %v", err)
-	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, fe.Outcome)
 	assert.Equal(t, 4, fe.Attempts)
 
 	tr := s.trace(t)
@@ -334,7 +334,7 @@ func TestToolOutageOpensTheBreaker(t *testing.T) {
 			outcomes = append(outcomes, o)
 		}
 	}
-	assert.Equal(t, []string{string(policies.OutcomeFailedExhausted), string(policies.OutcomeRejected)}, outcomes)
+	assert.Equal(t, []string{string(telemetry.OutcomeFailedExhausted), string(telemetry.OutcomeRejected)}, outcomes)
 	httpLeaves, others := tr.leaves()
 	assert.Equal(t, 4, httpLeaves)
 	assert.Equal(t, 6, others, "5 search_docs attempts and 1 search_cache call")

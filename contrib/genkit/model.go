@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/firebase/genkit/go/ai"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // modelKey is what a model call's layers are built for: the names of their
@@ -66,7 +66,7 @@ func (m *Middleware) inference(k modelKey) middleware.Handler[modelCall, answer]
 // streamed marks a streamed call on its inference span
 // (gen_ai.request.stream).
 func streamed(ctx context.Context, p *ai.ModelParams) context.Context {
-	return middleware.WithCallAttributes(ctx, telemetry.GenAIRequestStream.Bool(p.Callback != nil))
+	return middleware.WithCallAttributes(ctx, semconv.GenAIRequestStreamKey.Bool(p.Callback != nil))
 }
 
 // attempt is the model layer's handler: one call of the rest of genkit's

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	retracegenkit "github.com/retrace-go/retrace/contrib/genkit"
@@ -96,17 +97,17 @@ func TestInferenceSpan(t *testing.T) {
 			assert.Equal(t, tc.span, chat.Name())
 			assert.Equal(t, oteltrace.SpanKindClient, chat.SpanKind())
 			for k, want := range map[string]string{
-				string(telemetry.GenAIOperation):     "chat",
-				string(telemetry.GenAIRequestModel):  tc.model,
-				string(telemetry.GenAIProvider):      tc.provider,
-				string(telemetry.GenAIRequestStream): "true",
-				string(telemetry.Outcome):            string(policies.OutcomeSuccessAfterRetry),
-				string(telemetry.GenAIFinishReasons): `["stop"]`,
+				string(semconv.GenAIOperationNameKey):         "chat",
+				string(semconv.GenAIRequestModelKey):          tc.model,
+				string(semconv.GenAIProviderNameKey):          tc.provider,
+				string(semconv.GenAIRequestStreamKey):         "true",
+				string(telemetry.Outcome):                     string(telemetry.OutcomeSuccessAfterRetry),
+				string(semconv.GenAIResponseFinishReasonsKey): `["stop"]`,
 			} {
 				got, _ := attr(chat, k)
 				assert.Equal(t, want, got, k)
 			}
-			in, _ := attr(chat, string(telemetry.GenAIInputTokens))
+			in, _ := attr(chat, string(semconv.GenAIUsageInputTokensKey))
 			assert.NotContains(t, []string{"", "0"}, in, "the usage of the answer")
 
 			models := layerSpans(spans, "model")
@@ -115,16 +116,16 @@ func TestInferenceSpan(t *testing.T) {
 				assert.Equal(t, "model", sp.Name())
 				assert.Equal(t, oteltrace.SpanKindInternal, sp.SpanKind())
 				assert.Equal(t, chat.SpanContext().SpanID(), parentLayer(spans, sp).SpanContext().SpanID(), "each attempt beneath the inference span")
-				_, op := attr(sp, string(telemetry.GenAIOperation))
+				_, op := attr(sp, string(semconv.GenAIOperationNameKey))
 				assert.False(t, op, "a GenAI backend counts one operation per logical call")
 			}
 
 			agents := layerSpans(spans, "agent")
 			require.Len(t, agents, 1)
 			assert.Equal(t, tc.agent, agents[0].Name())
-			op, _ := attr(agents[0], string(telemetry.GenAIOperation))
+			op, _ := attr(agents[0], string(semconv.GenAIOperationNameKey))
 			assert.Equal(t, "invoke_agent", op)
-			provider, _ := attr(agents[0], string(telemetry.GenAIProvider))
+			provider, _ := attr(agents[0], string(semconv.GenAIProviderNameKey))
 			assert.Equal(t, tc.provider, provider)
 		})
 	}
@@ -176,10 +177,10 @@ func TestRetriedStreamDeliversItsTextOnce(t *testing.T) {
 			chat := layerSpans(spans, "session")
 			require.Len(t, chat, 1)
 			outcome, _ := attr(chat[0], string(telemetry.Outcome))
-			assert.Equal(t, string(policies.OutcomeSuccessAfterRetry), outcome)
+			assert.Equal(t, string(telemetry.OutcomeSuccessAfterRetry), outcome)
 			models := layerSpans(spans, "model")
 			require.Len(t, models, 2)
-			typ, _ := attr(models[0], string(telemetry.ErrorType))
+			typ, _ := attr(models[0], string(semconv.ErrorTypeKey))
 			assert.Equal(t, "stream_dropped", typ, "the first attempt dropped")
 			class, _ := attr(models[0], string(telemetry.ErrorClass))
 			assert.Equal(t, string(policies.Transient), class)
@@ -196,7 +197,7 @@ func TestMissingTerminatorIsNeverAnAnswer(t *testing.T) {
 	require.Error(t, err)
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, policies.OutcomeFailedExhausted, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, fe.Outcome)
 	assert.Equal(t, "stream_dropped", fe.Type)
 	var se *policies.Error
 	assert.ErrorAs(t, err, &se)
@@ -246,7 +247,7 @@ func TestQuotaIsFatal(t *testing.T) {
 
 			var fe *policies.Error
 			require.ErrorAs(t, err, &fe, "retrace's error, through genkit's status error")
-			assert.Equal(t, policies.OutcomeFailedFatal, fe.Outcome)
+			assert.Equal(t, telemetry.OutcomeFailedFatal, fe.Outcome)
 			assert.Equal(t, policies.Fatal, fe.Class)
 			assert.Equal(t, 1, fe.Attempts)
 			assert.Equal(t, status.FailedPrecondition, status.Of(err), "a status genkit's Retry and Fallback leave alone")
@@ -256,7 +257,7 @@ func TestQuotaIsFatal(t *testing.T) {
 			chats := layerSpans(spans, "session")
 			require.Len(t, chats, 1, "one inference layer call")
 			outcome, _ := attr(chats[0], string(telemetry.Outcome))
-			assert.Equal(t, string(policies.OutcomeFailedFatal), outcome)
+			assert.Equal(t, string(telemetry.OutcomeFailedFatal), outcome)
 		})
 	}
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/firebase/genkit/go/core/api"
 
-	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // pluginName is the name the [Plugin] is registered under.
@@ -19,7 +19,7 @@ const pluginName = "retrace"
 //	g := genkit.Init(ctx, genkit.WithPlugins(oai, &retracegenkit.Plugin{}))
 //
 // Every [Middleware] then used on g, however often it is made, keeps its
-// tools' breakers there (a policies.MemoryState, as the workers of a fleet
+// tools' breakers there (a state.Memory, as the workers of a fleet
 // share one): one breaker per tool name for the whole instance, opened by
 // the failures of all of them and probed once for all of them. Give the
 // middleware made for one instance the same Tool settings. A
@@ -36,7 +36,7 @@ const pluginName = "retrace"
 // last. The zero value is ready to use; it is safe for concurrent use.
 type Plugin struct {
 	once sync.Once
-	mem  *policies.MemoryState
+	mem  *state.Memory
 }
 
 var _ api.Plugin = (*Plugin)(nil)
@@ -51,7 +51,7 @@ func (p *Plugin) Init(context.Context) []api.Action {
 }
 
 // state is where the breakers keep their state.
-func (p *Plugin) state() *policies.MemoryState {
-	p.once.Do(func() { p.mem = policies.NewMemoryState() })
+func (p *Plugin) state() *state.Memory {
+	p.once.Do(func() { p.mem = state.NewMemory() })
 	return p.mem
 }

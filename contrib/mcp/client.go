@@ -14,10 +14,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/tool"
 )
@@ -67,7 +69,7 @@ type Config struct {
 // breakers live in it.
 type Client struct {
 	cfg      Config
-	breakers policies.State
+	breakers state.State
 	metrics  *clientMetrics
 
 	mu        sync.Mutex
@@ -89,7 +91,7 @@ func New(cfg Config) *Client {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	var st policies.State = policies.NewMemoryState()
+	var st state.State = state.NewMemory()
 	if cfg.Tool.Breaker.State != nil {
 		st = cfg.Tool.Breaker.State
 	}
@@ -233,10 +235,10 @@ func (c *Client) layer(method, tool string) middleware.Handler[*request, mcp.Res
 	kv := []attribute.KeyValue{keyMethodName.String(method)}
 	if tool != "" {
 		name += " " + tool
-		kv = append(kv, telemetry.GenAIToolName.String(tool))
+		kv = append(kv, semconv.GenAIToolNameKey.String(tool))
 	}
 	if method == methodToolsCall {
-		kv = append(kv, telemetry.GenAIOperation.String("execute_tool"))
+		kv = append(kv, semconv.GenAIOperationNameKey.String("execute_tool"))
 	}
 	opts := append(append([]middleware.Option{}, c.cfg.Options...),
 		middleware.WithSpanName(name), middleware.WithSpanKind(trace.SpanKindClient), middleware.WithAttributes(kv...))

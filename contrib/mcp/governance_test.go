@@ -22,6 +22,7 @@ import (
 	retracemcp "github.com/retrace-go/retrace/contrib/mcp"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
+	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/tool"
 )
 
@@ -154,7 +155,7 @@ func TestDirectCallsAreGoverned(t *testing.T) {
 	assert.ErrorIs(t, err, circuitbreaker.ErrOpen)
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
-	assert.Equal(t, policies.OutcomeRejected, fe.Outcome)
+	assert.Equal(t, telemetry.OutcomeRejected, fe.Outcome)
 
 	// The box's tool of the same server and name finds it open.
 	tools, err := r.rc.Attach(cs).Tools(ctx)

@@ -8,10 +8,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // scope is the instrumentation scope of contrib/mcp's spans and metrics.
@@ -58,7 +58,7 @@ func (m *clientMetrics) session(d time.Duration, cs *mcp.ClientSession, err erro
 		kv = append(kv, keyProtocolVersion.String(init.ProtocolVersion))
 	}
 	if err != nil && !errors.Is(err, mcp.ErrConnectionClosed) {
-		kv = append(kv, telemetry.ErrorType.String(metricErrorType(policies.Classify(err).Type)))
+		kv = append(kv, semconv.ErrorTypeKey.String(metricErrorType(policies.Classify(err).Type)))
 	}
 	m.sessions.Record(context.Background(), d.Seconds(), metric.WithAttributeSet(attribute.NewSet(kv...)))
 }
@@ -68,9 +68,9 @@ func (m *clientMetrics) session(d time.Duration, cs *mcp.ClientSession, err erro
 func requestAttributes(method string, req mcp.Request) []attribute.KeyValue {
 	kv := []attribute.KeyValue{keyMethodName.String(method)}
 	if method == methodToolsCall {
-		kv = append(kv, telemetry.GenAIOperation.String("execute_tool"))
+		kv = append(kv, semconv.GenAIOperationNameKey.String("execute_tool"))
 		if t := toolName(req); t != "" {
-			kv = append(kv, telemetry.GenAIToolName.String(t))
+			kv = append(kv, semconv.GenAIToolNameKey.String(t))
 		}
 	}
 	if v := protocolVersion(req); v != "" {
@@ -85,7 +85,7 @@ func errorAttributes(err error) []attribute.KeyValue {
 	if err == nil {
 		return nil
 	}
-	kv := []attribute.KeyValue{telemetry.ErrorType.String(metricErrorType(policies.Classify(err).Type))}
+	kv := []attribute.KeyValue{semconv.ErrorTypeKey.String(metricErrorType(policies.Classify(err).Type))}
 	if e, ok := errors.AsType[*RPCError](err); ok {
 		kv = append(kv, keyRPCStatusCode.String(e.ErrorType()))
 	}

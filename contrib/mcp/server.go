@@ -12,12 +12,12 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // ServerConfig configures [ServerMiddleware]. The zero value traces on the
@@ -87,7 +87,7 @@ func ServerMiddleware(cfg ServerConfig) mcp.Middleware {
 			switch {
 			case err != nil:
 				typ, msg := errorTypeOf(err), redact.Text(err.Error(), cfg.Secrets, 0)
-				failed = append(failed, telemetry.ErrorType.String(typ))
+				failed = append(failed, semconv.ErrorTypeKey.String(typ))
 				if _, ok := errors.AsType[*jsonrpc.Error](err); ok {
 					failed = append(failed, keyRPCStatusCode.String(typ))
 				}
@@ -99,15 +99,15 @@ func ServerMiddleware(cfg ServerConfig) mcp.Middleware {
 				if c, ok := metaClass(r.Meta); ok {
 					typ = c.Type
 				}
-				failed = append(failed, telemetry.ErrorType.String(typ))
+				failed = append(failed, semconv.ErrorTypeKey.String(typ))
 				span.SetStatus(codes.Error, Text(r))
 			}
 			span.SetAttributes(failed...)
 			if ops != nil {
 				mkv := kv
 				for _, a := range failed {
-					if a.Key == telemetry.ErrorType {
-						a = telemetry.ErrorType.String(metricErrorType(a.Value.AsString()))
+					if a.Key == semconv.ErrorTypeKey {
+						a = semconv.ErrorTypeKey.String(metricErrorType(a.Value.AsString()))
 					}
 					mkv = append(mkv, a)
 				}

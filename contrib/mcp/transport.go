@@ -17,11 +17,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Transport returns t with what only the transport sees written on each
@@ -308,9 +308,9 @@ func observed(hc *http.Client, endpoint string, secrets []string) *http.Client {
 				port = "80"
 			}
 		}
-		kv = append(kv, telemetry.ServerAddress.String(host))
+		kv = append(kv, semconv.ServerAddressKey.String(host))
 		if p, err := strconv.Atoi(port); err == nil {
-			kv = append(kv, telemetry.ServerPort.Int(p))
+			kv = append(kv, semconv.ServerPortKey.Int(p))
 		}
 	}
 	cp.Transport = &roundTripper{base: base, kv: kv, secrets: secrets}
@@ -387,7 +387,7 @@ func (rt *roundTripper) post(req *http.Request, n *note) (*http.Response, error)
 			n.api = api
 			n.mu.Unlock()
 			if n.span != nil {
-				n.span.SetAttributes(telemetry.HTTPStatusCode.Int(resp.StatusCode))
+				n.span.SetAttributes(semconv.HTTPResponseStatusCodeKey.Int(resp.StatusCode))
 			}
 		case id != "" && ct == "application/json":
 			bad := !peekJSON(resp)

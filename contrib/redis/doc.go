@@ -1,5 +1,5 @@
 // Package redisstate shares retrace's circuit breakers and retry budgets
-// across a fleet of workers through Redis: it implements [policies.State]
+// across a fleet of workers through Redis: it implements [state.State]
 // with one Lua script per step, so that every read and update of a
 // breaker, a task's retry count or a fleet's retry window is atomic on the
 // server.

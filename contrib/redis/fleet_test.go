@@ -23,7 +23,6 @@ import (
 	"github.com/retrace-go/retrace/bench"
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
 	"github.com/retrace-go/retrace/middleware"
-	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -361,7 +360,7 @@ func TestFleetOutlivesRedis(t *testing.T) {
 	}
 	require.Positive(t, shared)
 	for o := range outcomes {
-		require.Contains(t, []string{string(policies.OutcomeRejected), string(policies.OutcomeFailedExhausted), string(policies.OutcomeBudgetExhausted)}, o)
+		require.Contains(t, []string{string(telemetry.OutcomeRejected), string(telemetry.OutcomeFailedExhausted), string(telemetry.OutcomeBudgetExhausted)}, o)
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/policies/state"
 )
 
@@ -31,14 +30,14 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// Store is a [policies.State] on Redis. It is safe for concurrent use.
+// Store is a [state.State] on Redis. It is safe for concurrent use.
 type Store struct {
 	rdb     redis.Scripter
 	ns      string
 	timeout time.Duration
 }
 
-var _ policies.State = (*Store)(nil)
+var _ state.State = (*Store)(nil)
 
 // New returns a Store on rdb (a *redis.Client, a cluster or ring client).
 // Build the client with [ClientOptions], or with ContextTimeoutEnabled and
@@ -233,7 +232,7 @@ var opKinds = map[state.BreakerOpKind]string{
 	state.BreakerAcquire: "a", state.BreakerRecord: "r", state.BreakerRecordCurrent: "c", state.BreakerSet: "s",
 }
 
-// Breaker implements policies.State.
+// Breaker implements state.State.
 func (s *Store) Breaker(ctx context.Context, key string, op state.BreakerOp) (state.BreakerView, error) {
 	kind, ok := opKinds[op.Kind]
 	if !ok {
@@ -280,7 +279,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, used}
 `)
 
-// Draw implements policies.State.
+// Draw implements state.State.
 func (s *Store) Draw(ctx context.Context, key string, limit int64, ttl time.Duration) (state.DrawView, error) {
 	res, err := s.run(ctx, drawScript, []string{s.key(key)}, limit, ttlMs(ttl))
 	if err != nil {
@@ -318,7 +317,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return {ok, tostring(calls), tostring(retries)}
 `)
 
-// Ratio implements policies.State. Both windows' keys share a hash tag, so
+// Ratio implements state.State. Both windows' keys share a hash tag, so
 // that on a cluster they live on one node.
 func (s *Store) Ratio(ctx context.Context, key string, op state.RatioOp) (state.RatioView, error) {
 	idx, into := state.RatioWindow(op.Now, op.Window)

@@ -91,7 +91,7 @@ func TestStepTimesOut(t *testing.T) {
 
 // spans runs calls through a layer with a shared breaker and budgets on st
 // and returns the spans.
-func spans(t *testing.T, st policies.State, calls int) []sdktrace.ReadOnlySpan {
+func spans(t *testing.T, st state.State, calls int) []sdktrace.ReadOnlySpan {
 	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))

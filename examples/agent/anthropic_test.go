@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -57,8 +58,8 @@ func TestAnthropicScenarios(t *testing.T) {
 					// The inference span: the logical call, its retries beneath.
 					chats++
 					assert.Equal(t, "chat "+anthropicModel, s.Name())
-					assert.Equal(t, "anthropic", attrOf(s, telemetry.GenAIProvider).AsString())
-					assert.Equal(t, anthropicModel, attrOf(s, telemetry.GenAIRequestModel).AsString())
+					assert.Equal(t, "anthropic", attrOf(s, semconv.GenAIProvider).AsString())
+					assert.Equal(t, anthropicModel, attrOf(s, semconv.GenAIRequestModel).AsString())
 				}
 			}
 			assert.Equal(t, tc.requests, models, "one model call per request")

@@ -58,9 +58,11 @@ func (k keySeen) add(key, where string) {
 func TestEveryEmittedKeyIsDeclared(t *testing.T) {
 	core, err := attrs.Load("../../telemetry")
 	require.NoError(t, err)
+	conv, err := attrs.Load("../../internal/semconv")
+	require.NoError(t, err)
 	mcp, err := attrs.Load("../../contrib/mcp")
 	require.NoError(t, err)
-	reg, err := attrs.Merge(core, mcp)
+	reg, err := attrs.Merge(core, conv, mcp)
 	require.NoError(t, err)
 
 	// crash-resume's task runs in child processes, which export their spans

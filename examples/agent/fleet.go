@@ -18,6 +18,7 @@ import (
 	"github.com/retrace-go/retrace/bench"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -55,7 +56,7 @@ func (d *demo) fleet(ctx context.Context) (result, error) {
 		// own, and their leaf spans and retrace.calls add up to the
 		// provider's requests.
 		before := d.spans.rootCount()
-		shared, span = runFleet(ctx, policies.NewMemoryState(), []middleware.Option{middleware.WithTracerProvider(d.tp)})
+		shared, span = runFleet(ctx, state.NewMemory(), []middleware.Option{middleware.WithTracerProvider(d.tp)})
 		traced = d.spans.rootsSince(before)
 	}
 	// One probe per cool-down over the run, besides the threshold and the
@@ -94,7 +95,7 @@ func (d *demo) fleet(ctx context.Context) (result, error) {
 // runFleet runs the workers as goroutines on st (nil → a breaker each) and
 // returns the requests the provider received and how long the run took in
 // fleet time.
-func runFleet(ctx context.Context, st policies.State, opts []middleware.Option) (int64, time.Duration) {
+func runFleet(ctx context.Context, st state.State, opts []middleware.Option) (int64, time.Duration) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		n.Add(1)

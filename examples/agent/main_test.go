@@ -14,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -102,7 +103,7 @@ func TestHiddenLayerAgainstSDKRetries(t *testing.T) {
 				}
 			}
 		}
-		if v, ok := lookup(s, telemetry.HTTPResendCount); ok && s.SpanKind() == trace.SpanKindClient {
+		if v, ok := lookup(s, semconv.HTTPResendCount); ok && s.SpanKind() == trace.SpanKindClient {
 			resends = append(resends, v.AsInt64())
 		}
 	}

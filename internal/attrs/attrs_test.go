@@ -164,8 +164,9 @@ func TestLoadReadsKeysOfTheConventions(t *testing.T) {
 	assert.ErrorContains(t, err, "missing")
 }
 
-// The real package: its keys come out with their places and meanings, and
-// retrace's retry keys all live under retrace.retry.
+// The real packages: telemetry's keys come out with their places and
+// meanings, retrace's retry keys all live under retrace.retry, and the
+// conventions' keys retrace sets come from internal/semconv.
 func TestLoadTheTelemetryPackage(t *testing.T) {
 	reg, err := attrs.Load("../../telemetry")
 	require.NoError(t, err)
@@ -174,7 +175,11 @@ func TestLoadTheTelemetryPackage(t *testing.T) {
 	assert.Equal(t, "Layer", layer.Const)
 	assert.Equal(t, "layer span", layer.On)
 	assert.True(t, layer.Own)
-	et, ok := reg.Key("error.type")
+	_, ok = reg.Key("error.type")
+	assert.False(t, ok, "the conventions' keys are declared in internal/semconv, not among retrace's own")
+	conv, err := attrs.Load("../semconv")
+	require.NoError(t, err)
+	et, ok := conv.Key("error.type")
 	require.True(t, ok)
 	assert.False(t, et.Own)
 	_, ok = reg.Event("retrace.nested_retry")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // gate is a Gate that refuses with err (nil: lets the retry through).
@@ -52,32 +53,32 @@ func TestDecideTable(t *testing.T) {
 		want  Decision
 	}{
 		{name: "the caller's context ended", ctx: canceled, n: 1, f: Failure{Class: Transient},
-			want: Decision{Outcome: OutcomeCanceled}},
+			want: Decision{Outcome: telemetry.OutcomeCanceled}},
 		{name: "this layer's own breaker or bulkhead refused", n: 1, f: Failure{Class: Transient, Rejected: true},
-			want: Decision{Outcome: OutcomeRejected}},
+			want: Decision{Outcome: telemetry.OutcomeRejected}},
 		{name: "permanent: its own outcome", n: 1, f: Failure{Class: Permanent},
-			want: Decision{Outcome: OutcomeFailedPermanent}},
-		{name: "fatal", n: 1, f: Failure{Class: Fatal}, want: Decision{Outcome: OutcomeFailedFatal}},
-		{name: "unknown, not retried", n: 1, f: Failure{Class: Unknown}, want: Decision{Outcome: OutcomeFailedUnknown}},
+			want: Decision{Outcome: telemetry.OutcomeFailedPermanent}},
+		{name: "fatal", n: 1, f: Failure{Class: Fatal}, want: Decision{Outcome: telemetry.OutcomeFailedFatal}},
+		{name: "unknown, not retried", n: 1, f: Failure{Class: Unknown}, want: Decision{Outcome: telemetry.OutcomeFailedUnknown}},
 		{name: "unknown, retried when the layer says so", retry: Retry{RetryUnknown: true}, n: 1, f: Failure{Class: Unknown},
 			want: Decision{Retry: true, Delay: time.Second}},
-		{name: "programming: never retried", n: 1, f: Failure{Class: Programming}, want: Decision{Outcome: OutcomeFailedPermanent}},
+		{name: "programming: never retried", n: 1, f: Failure{Class: Programming}, want: Decision{Outcome: telemetry.OutcomeFailedPermanent}},
 		{name: "attempts spent, the last refused beneath", n: 3, f: Failure{Class: Transient, Held: true, RetryAfter: time.Second},
-			want: Decision{Outcome: OutcomeRejected, Why: "a circuit beneath refused the last attempt"}},
-		{name: "attempts spent", n: 3, f: Failure{Class: Transient}, want: Decision{Outcome: OutcomeFailedExhausted}},
+			want: Decision{Outcome: telemetry.OutcomeRejected, Why: "a circuit beneath refused the last attempt"}},
+		{name: "attempts spent", n: 3, f: Failure{Class: Transient}, want: Decision{Outcome: telemetry.OutcomeFailedExhausted}},
 		{name: "the failure just opened the layer's breaker", n: 1, f: Failure{Class: Transient}, gate: gate{open},
-			want: Decision{Outcome: OutcomeRejected, Refusal: open}},
+			want: Decision{Outcome: telemetry.OutcomeRejected, Refusal: open}},
 		{name: "a circuit beneath stays open longer than the layer waits", n: 1,
 			f:    Failure{Class: Transient, Held: true, RetryAfter: 2 * time.Minute},
-			want: Decision{Outcome: OutcomeRejected, Why: "a circuit beneath stays open for another 2m0s, longer than the 1m0s this layer waits"}},
+			want: Decision{Outcome: telemetry.OutcomeRejected, Why: "a circuit beneath stays open for another 2m0s, longer than the 1m0s this layer waits"}},
 		{name: "the wait would pass the deadline", n: 2, f: Failure{Class: Transient},
-			want: Decision{Outcome: OutcomeFailedExhausted, Why: "the next retry, in 2s, would start after the deadline (1.5s left)"}},
+			want: Decision{Outcome: telemetry.OutcomeFailedExhausted, Why: "the next retry, in 2s, would start after the deadline (1.5s left)"}},
 		{name: "a retry after a refusal beneath draws from no budget", ctx: budget(1, 1), n: 1,
 			f: Failure{Class: Transient, Held: true, RetryAfter: 5 * time.Second}, want: Decision{Retry: true, Delay: 5 * time.Second}},
 		{name: "the task budget is spent", ctx: budget(2, 2), n: 1, f: Failure{Class: Transient},
-			want: Decision{Outcome: OutcomeBudgetExhausted, Why: "the task's retry budget of 2 is spent"}},
+			want: Decision{Outcome: telemetry.OutcomeBudgetExhausted, Why: "the task's retry budget of 2 is spent"}},
 		{name: "the rate budget refuses", retry: Retry{Rate: &refusingRate{}}, n: 1, f: Failure{Class: Transient},
-			want: Decision{Outcome: OutcomeBudgetExhausted, Why: "the retry budget's rate is exceeded"}},
+			want: Decision{Outcome: telemetry.OutcomeBudgetExhausted, Why: "the retry budget's rate is exceeded"}},
 		{name: "retry after the backoff", ctx: budget(2, 1), n: 2, f: Failure{Class: Transient},
 			want: Decision{Retry: true, Delay: 2 * time.Second}},
 		{name: "retry after the server's hint, when it is longer than the backoff", n: 1,
@@ -107,7 +108,7 @@ func TestDecideSaysWhereTheBudgetDecided(t *testing.T) {
 	b := &sharedBudget{use: state.Use{Policy: state.PolicyBudget, Shared: true}}
 	r := Retry{MaxAttempts: 3}
 	d := r.Decide(WithBudget(context.Background(), b), clock.NewFake(time.Unix(0, 0)), 1, Failure{Class: Transient}, nil)
-	assert.Equal(t, OutcomeBudgetExhausted, d.Outcome)
+	assert.Equal(t, telemetry.OutcomeBudgetExhausted, d.Outcome)
 	assert.Equal(t, b.use, d.State)
 }
 
@@ -125,15 +126,15 @@ func TestDoEnds(t *testing.T) {
 	t.Run("success after a retry", func(t *testing.T) {
 		a := &script{errs: []error{errors.New("503"), nil}}
 		_, rep := Do[int](context.Background(), &Retry{MaxAttempts: 3}, nil, a)
-		assert.Equal(t, Report{Attempts: 2, Outcome: OutcomeSuccessAfterRetry}, rep)
-		assert.Equal(t, []string{OutcomeSuccessAfterRetry}, a.outcomes[1:])
+		assert.Equal(t, Report{Attempts: 2, Outcome: telemetry.OutcomeSuccessAfterRetry}, rep)
+		assert.Equal(t, []string{telemetry.OutcomeSuccessAfterRetry}, a.outcomes[1:])
 	})
 	t.Run("canceled during the backoff", func(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		clk := clock.NewFake(time.Unix(0, 0))
 		a := &script{errs: []error{errors.New("503")}, onDone: func() { cancel(errors.New("the user left")) }}
 		_, rep := Do[int](ctx, &Retry{MaxAttempts: 3, Backoff: func(int) time.Duration { return time.Hour }}, clk, a)
-		assert.Equal(t, OutcomeCanceled, rep.Outcome)
+		assert.Equal(t, telemetry.OutcomeCanceled, rep.Outcome)
 		assert.Equal(t, "during the 1h0m0s backoff", rep.Why)
 		assert.EqualError(t, rep.Cause, "the user left")
 		assert.Equal(t, 1, rep.Attempts)
@@ -143,14 +144,14 @@ func TestDoEnds(t *testing.T) {
 		cancel()
 		a := &script{}
 		_, rep := Do[int](ctx, &Retry{MaxAttempts: 3}, nil, a)
-		assert.Equal(t, OutcomeCanceled, rep.Outcome)
+		assert.Equal(t, telemetry.OutcomeCanceled, rep.Outcome)
 		assert.Zero(t, a.calls, "nothing called")
 	})
 	t.Run("the gate's refusal is joined to the last error", func(t *testing.T) {
 		last, open := errors.New("503"), errors.New("circuit open")
 		a := &gatedScript{script: script{errs: []error{last}}, refusal: open}
 		_, rep := Do[int](context.Background(), &Retry{MaxAttempts: 3}, nil, a)
-		require.Equal(t, OutcomeRejected, rep.Outcome)
+		require.Equal(t, telemetry.OutcomeRejected, rep.Outcome)
 		assert.ErrorIs(t, rep.Err, last)
 		assert.ErrorIs(t, rep.Err, open)
 	})

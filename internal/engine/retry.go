@@ -8,6 +8,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // Retry is a retry policy's limits, with its defaults filled in by package
@@ -94,7 +95,7 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 	var zero R
 	if ctx.Err() != nil {
 		// Canceled before the first attempt: nothing is called.
-		return zero, Report{Outcome: OutcomeCanceled, Why: "before the first attempt", Cause: context.Cause(ctx),
+		return zero, Report{Outcome: telemetry.OutcomeCanceled, Why: "before the first attempt", Cause: context.Cause(ctx),
 			Failure: Failure{Class: Canceled}}
 	}
 	var delay time.Duration
@@ -106,9 +107,9 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 			permit = false
 		}
 		if err == nil {
-			d := Decision{Outcome: OutcomeSuccess}
+			d := Decision{Outcome: telemetry.OutcomeSuccess}
 			if n > 1 {
-				d.Outcome = OutcomeSuccessAfterRetry
+				d.Outcome = telemetry.OutcomeSuccessAfterRetry
 			}
 			a.Done(n, nil, d)
 			return res, Report{Attempts: n, Outcome: d.Outcome}
@@ -122,7 +123,7 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 				err = errors.Join(d.Refusal, err)
 			}
 			rep := Report{Attempts: n, Outcome: d.Outcome, Why: d.Why, Err: err, Failure: f}
-			if d.Outcome == OutcomeCanceled {
+			if d.Outcome == telemetry.OutcomeCanceled {
 				rep.Cause = context.Cause(ctx)
 			}
 			return res, rep
@@ -131,7 +132,7 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 			if d.permit {
 				r.Rate.ReleasePermit()
 			}
-			return res, Report{Attempts: n, Outcome: OutcomeCanceled, Err: err, Failure: f, Cause: serr,
+			return res, Report{Attempts: n, Outcome: telemetry.OutcomeCanceled, Err: err, Failure: f, Cause: serr,
 				Why: "during the " + Round(d.Delay).String() + " backoff"}
 		}
 		permit = d.permit
@@ -146,31 +147,31 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g Gate) Decision {
 	switch {
 	case ctx.Err() != nil:
-		return Decision{Outcome: OutcomeCanceled}
+		return Decision{Outcome: telemetry.OutcomeCanceled}
 	case f.Rejected:
-		return Decision{Outcome: OutcomeRejected}
+		return Decision{Outcome: telemetry.OutcomeRejected}
 	case !r.Retryable(f.Class):
 		return Decision{Outcome: StopOutcome(f.Class)}
 	case n >= r.MaxAttempts && f.Held:
 		// The last attempt was refused by a breaker beneath: the call did
 		// not run out of attempts on the downstream, it was kept from it.
-		return Decision{Outcome: OutcomeRejected, Why: "a circuit beneath refused the last attempt"}
+		return Decision{Outcome: telemetry.OutcomeRejected, Why: "a circuit beneath refused the last attempt"}
 	case n >= r.MaxAttempts:
-		return Decision{Outcome: OutcomeFailedExhausted}
+		return Decision{Outcome: telemetry.OutcomeFailedExhausted}
 	}
 	if g != nil {
 		if refusal := g.Refusal(); refusal != nil {
 			// The failure just opened the layer's own breaker: the next
 			// attempt would be refused at once, so stop without a backoff
 			// and without drawing a retry from the budget.
-			return Decision{Outcome: OutcomeRejected, Refusal: refusal}
+			return Decision{Outcome: telemetry.OutcomeRejected, Refusal: refusal}
 		}
 	}
 	if f.Held && f.RetryAfter > r.MaxRetryAfter {
 		// A breaker beneath refused the call for longer than this layer
 		// waits: waiting it out would block the caller for its whole
 		// cool-down, and retrying sooner is refused again.
-		return Decision{Outcome: OutcomeRejected, Why: fmt.Sprintf(
+		return Decision{Outcome: telemetry.OutcomeRejected, Why: fmt.Sprintf(
 			"a circuit beneath stays open for another %s, longer than the %s this layer waits", Round(f.RetryAfter), Round(r.MaxRetryAfter))}
 	}
 	delay := min(f.RetryAfter, r.MaxRetryAfter)
@@ -179,7 +180,7 @@ func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		if left := clk.Until(deadline); left <= delay {
-			return Decision{Outcome: OutcomeFailedExhausted, Why: fmt.Sprintf(
+			return Decision{Outcome: telemetry.OutcomeFailedExhausted, Why: fmt.Sprintf(
 				"the next retry, in %s, would start after the deadline (%s left)", Round(delay), Round(max(left, 0)))}
 		}
 	}
@@ -193,13 +194,13 @@ func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 	if b := BudgetFrom(ctx); b != nil {
 		ok, u := DrawFrom(ctx, b)
 		if use = u; !ok {
-			return Decision{Outcome: OutcomeBudgetExhausted, Why: fmt.Sprintf("the task's retry budget of %d is spent", b.Limit()), State: use}
+			return Decision{Outcome: telemetry.OutcomeBudgetExhausted, Why: fmt.Sprintf("the task's retry budget of %d is spent", b.Limit()), State: use}
 		}
 	}
 	if r.Rate != nil {
 		ok, u := acquireRate(ctx, r.Rate)
 		if use = use.Merge(u); !ok {
-			return Decision{Outcome: OutcomeBudgetExhausted, Why: "the retry budget's rate is exceeded", State: use}
+			return Decision{Outcome: telemetry.OutcomeBudgetExhausted, Why: "the retry budget's rate is exceeded", State: use}
 		}
 		return Decision{Retry: true, Delay: delay, permit: true, State: use}
 	}

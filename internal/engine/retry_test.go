@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retrace-go/retrace/telemetry"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -42,7 +43,7 @@ func TestRatePermitCoversTheRetry(t *testing.T) {
 	r := &rate{}
 	a := &attempts{r: r}
 	_, rep := Do[int](context.Background(), &Retry{MaxAttempts: 3, Rate: r}, nil, a)
-	assert.Equal(t, OutcomeFailedExhausted, rep.Outcome)
+	assert.Equal(t, telemetry.OutcomeFailedExhausted, rep.Outcome)
 	assert.Equal(t, []int{0, 1, 1}, a.held, "the first call holds none; each retry holds its permit")
 	assert.Equal(t, 2, r.acquired)
 	assert.Zero(t, r.held, "every permit released")
@@ -78,7 +79,7 @@ func TestRefusedAttemptsAreNotExhaustion(t *testing.T) {
 	a := &refused{}
 	_, rep := Do[int](WithBudget(context.Background(), b), &Retry{MaxAttempts: 3, Rate: r}, nil, a)
 	assert.Equal(t, 3, a.n, "the layer's attempts, whatever the budget")
-	assert.Equal(t, OutcomeRejected, rep.Outcome)
+	assert.Equal(t, telemetry.OutcomeRejected, rep.Outcome)
 	assert.Zero(t, b.drawn, "no retry drawn from the task budget")
 	assert.Zero(t, r.acquired, "nor from the rate budget")
 }

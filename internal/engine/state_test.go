@@ -17,7 +17,7 @@ import (
 )
 
 func TestMemoryStateConformance(t *testing.T) {
-	statetest.Run(t, func(*testing.T) state.State { return engine.NewMemoryState() })
+	statetest.Run(t, func(*testing.T) state.State { return state.NewMemory() })
 }
 
 func limits(st state.State, clk clock.Clock) engine.BreakerLimits {
@@ -31,7 +31,7 @@ func TestSharedBreakerDecidesAsLocal(t *testing.T) {
 	for seed := range uint64(20) {
 		clk := clock.NewFake(time.Unix(1000, 0))
 		local := engine.NewBreaker(limits(nil, clk))
-		shared := engine.NewBreaker(limits(engine.NewMemoryState(), clk))
+		shared := engine.NewBreaker(limits(state.NewMemory(), clk))
 		var lp, sp []engine.Permit
 		var lc, sc []circuitbreaker.State
 		rnd := rand.New(rand.NewPCG(seed, 1))
@@ -69,7 +69,7 @@ func TestSharedBreakerDecidesAsLocal(t *testing.T) {
 // across them, let one probe through per cool-down for all, and close for all.
 func TestSharedBreakerFleet(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1000, 0))
-	st := engine.NewMemoryState()
+	st := state.NewMemory()
 	var changes []string
 	workers := make([]*engine.Breaker, 4)
 	for i := range workers {
@@ -119,9 +119,9 @@ func (f failing) Ratio(context.Context, string, state.RatioOp) (state.RatioView,
 	return state.RatioView{}, f.err
 }
 
-// switchable is a MemoryState that can be taken down and brought back.
+// switchable is a state.Memory that can be taken down and brought back.
 type switchable struct {
-	*engine.MemoryState
+	*state.Memory
 	down bool
 }
 
@@ -129,7 +129,7 @@ func (s *switchable) Breaker(ctx context.Context, key string, op state.BreakerOp
 	if s.down {
 		return state.BreakerView{}, context.DeadlineExceeded
 	}
-	return s.MemoryState.Breaker(ctx, key, op)
+	return s.Memory.Breaker(ctx, key, op)
 }
 
 // A breaker whose state is down decides locally, says so on each permit, and
@@ -155,7 +155,7 @@ func TestSharedBreakerDegradesToLocal(t *testing.T) {
 // recorded locally, and Record says why; when the state is back, it decides
 // again.
 func TestSharedBreakerRecordFallsBack(t *testing.T) {
-	st := &switchable{MemoryState: engine.NewMemoryState()}
+	st := &switchable{Memory: state.NewMemory()}
 	b := engine.NewBreaker(limits(st, clock.NewFake(time.Unix(0, 0))))
 	for range 5 {
 		p, ok := b.Acquire(nil)
@@ -176,7 +176,7 @@ func TestSharedBreakerRecordFallsBack(t *testing.T) {
 }
 
 func TestTaskCountExpires(t *testing.T) {
-	st := engine.NewMemoryState()
+	st := state.NewMemory()
 	v, err := st.Draw(context.Background(), "task:a", 1, -time.Second)
 	require.NoError(t, err)
 	require.True(t, v.OK)

@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/retrace-go/retrace/policies/state"
+import (
+	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/telemetry"
+)
 
 // The error classes, as package policies publishes them (policies.Class).
 // The engine decides by them, so they are defined once, here.
@@ -15,22 +18,6 @@ const (
 	UserAction      = "user_action"
 )
 
-// The outcomes of a call through a layer (policies.Outcome).
-const (
-	OutcomeSuccess           = "success"
-	OutcomeSuccessAfterRetry = "success_after_retry"
-	OutcomeFailedPermanent   = "failed_permanent"
-	OutcomeFailedFatal       = "failed_fatal"
-	OutcomeFailedUnknown     = "failed_unknown"
-	OutcomeFailedTransient   = "failed_transient"
-	OutcomeFailedUserAction  = "failed_user_action"
-	OutcomeFailedExhausted   = "failed_exhausted"
-	OutcomeBudgetExhausted   = "budget_exhausted"
-	OutcomeRejected          = "rejected"
-	OutcomeCanceled          = "canceled"
-	OutcomeStepLimit         = "step_limit"
-)
-
 // StopOutcome is the outcome of a call that stops on an error of class,
 // without retrying it: what the class says retrying could not fix. A
 // Transient error that is not retried exhausted nothing: the layer makes
@@ -38,17 +25,17 @@ const (
 func StopOutcome(class string) string {
 	switch class {
 	case Fatal:
-		return OutcomeFailedFatal
+		return telemetry.OutcomeFailedFatal
 	case Unknown:
-		return OutcomeFailedUnknown
+		return telemetry.OutcomeFailedUnknown
 	case Canceled:
-		return OutcomeCanceled
+		return telemetry.OutcomeCanceled
 	case Transient:
-		return OutcomeFailedTransient
+		return telemetry.OutcomeFailedTransient
 	case UserAction:
-		return OutcomeFailedUserAction
+		return telemetry.OutcomeFailedUserAction
 	}
-	return OutcomeFailedPermanent
+	return telemetry.OutcomeFailedPermanent
 }
 
 // CountOf is how a breaker counts an error of class ("" for a success).

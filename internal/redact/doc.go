@@ -1,8 +1,8 @@
 // Package redact removes secrets from the text retrace writes: span status
 // and attributes, diagnoses, the errors it builds, the failure a model reads,
 // checkpoints. Every sink calls it, so that what counts as a secret is
-// decided in one place; policies.Redact and policies.RedactValue, which users
-// call, are this package's Text and Value.
+// decided in one place; policies.Redact, which users
+// call, is this package's Text.
 //
 // The rule: the known values (the credentials of the call, registered with
 // policies.WithSecrets or configured on a provider) are replaced by exact

@@ -1,7 +1,7 @@
 // Package state is the contract of a store that the circuit breakers and
 // retry budgets of a fleet share: the [State] interface and the plain types
 // of its steps. A store (contrib/redis, or one of your own) implements State
-// and proves it with package policies/statetest; policies.NewMemoryState is
+// and proves it with package policies/statetest; state.Memory is
 // the one in a process's memory. The rules of each step are here too, as
 // records a store keeps and applies ([BreakerEntry], [CountEntry],
 // [RatioEntry]), so that a store which can write a record back only if
@@ -31,7 +31,14 @@ import (
 // scaled or fake clock decides on that clock.
 //
 // A store that cannot answer returns an error, promptly: the policy then
-// decides on its local state, as a policy without a State always does.
+// decides on its local state, as a policy without a State always does, and
+// the span of that decision says so (retrace.state=local and a
+// retrace.state.degraded event). A State that fails or is slow never fails a
+// call.
+//
+// contrib/redis implements it on Redis; [Memory] in one process, for workers
+// that are goroutines (tests, demos, simulations); a store written elsewhere
+// proves itself with package policies/statetest.
 type State interface {
 	// Breaker applies op to the breaker under key and returns it as op left it.
 	Breaker(ctx context.Context, key string, op BreakerOp) (BreakerView, error)

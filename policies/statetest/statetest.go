@@ -1,6 +1,6 @@
 // Package statetest is the conformance suite of a [state.State]: the rules
 // every store that breakers and budgets share keeps, as tests a store runs
-// against itself. policies.NewMemoryState and contrib/redis run it; so
+// against itself. state.Memory and contrib/redis run it; so
 // should a store of your own:
 //
 //	func TestConformance(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -148,7 +149,7 @@ func line(s sdktrace.ReadOnlySpan) string {
 		if v, ok := attrs[telemetry.ErrorClass]; ok {
 			e += " " + v.AsString()
 		}
-		if v, ok := attrs[telemetry.ErrorType]; ok {
+		if v, ok := attrs[semconv.ErrorType]; ok {
 			e += " " + v.AsString()
 		}
 		if _, isLayer := attrs[telemetry.Outcome]; !isLayer && s.Status().Description != "" {

@@ -11,7 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
 
-	"github.com/retrace-go/retrace/telemetry"
+	"github.com/retrace-go/retrace/internal/semconv"
 )
 
 // newResource is the resource of every provider setup builds: the SDK's
@@ -27,14 +27,14 @@ func newResource(ctx context.Context, c config) (*resource.Resource, error) {
 	}
 	named := false
 	for _, kv := range attrs {
-		if kv.Key == telemetry.ServiceName && kv.Value.AsString() != "" {
+		if kv.Key == semconv.ServiceName && kv.Value.AsString() != "" {
 			named = true
 		}
 	}
 	if name := strings.TrimSpace(c.getenv("OTEL_SERVICE_NAME")); name != "" {
-		attrs = append(attrs, telemetry.ServiceName.String(name))
+		attrs = append(attrs, semconv.ServiceName.String(name))
 	} else if !named {
-		attrs = append(attrs, telemetry.ServiceName.String(first(c.serviceName, filepath.Base(os.Args[0]))))
+		attrs = append(attrs, semconv.ServiceName.String(first(c.serviceName, filepath.Base(os.Args[0]))))
 	}
 	// Later attributes win over earlier ones of the same key.
 	return resource.New(ctx, resource.WithTelemetrySDK(), resource.WithAttributes(attrs...))

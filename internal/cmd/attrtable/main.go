@@ -56,7 +56,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *dir == "" {
 		*dir = filepath.Join(filepath.Dir(*readme), "telemetry")
 	}
+	// The convention keys retrace sets are declared in internal/semconv
+	// beside telemetry, whose names are retrace's own; the tables document
+	// both. A checkout without it has its conventions in telemetry.
 	reg, err := attrs.Load(*dir)
+	if conv := filepath.Join(filepath.Dir(*dir), "internal", "semconv"); err == nil && isDir(conv) {
+		var c *attrs.Registry
+		if c, err = attrs.Load(conv); err == nil {
+			reg, err = attrs.Merge(reg, c)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "attrtable:", err)
 		return 1

@@ -22,7 +22,7 @@ import (
 
 	"github.com/retrace-go/retrace/bench"
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
-	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 func main() {
@@ -57,7 +57,7 @@ func main() {
 
 // run runs the fleet and returns the requests the provider received and how
 // long the run took in fleet time.
-func run(workers, calls int, scale float64, st policies.State) (int64, time.Duration) {
+func run(workers, calls int, scale float64, st state.State) (int64, time.Duration) {
 	var n atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		n.Add(1)
