@@ -244,11 +244,13 @@ func (st *stream) anthropicEvent(e anthropicEvent) error {
 	return st.named(e.name, string(b))
 }
 
-// named sends one event with a name and data (one "data:" line per line of
-// it) and flushes it.
+// named sends one event with a name ("" sends no "event:" line) and data
+// (one "data:" line per line of it) and flushes it.
 func (st *stream) named(name, data string) error {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "event: %s\n", name)
+	if name != "" {
+		fmt.Fprintf(&sb, "event: %s\n", name)
+	}
 	for l := range strings.SplitSeq(data, "\n") {
 		fmt.Fprintf(&sb, "data: %s\n", l)
 	}

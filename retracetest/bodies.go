@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 )
 
 // filler is what huge answers are made of: written over and over, so that
@@ -102,16 +101,5 @@ func (st *stream) errorEvent(d dialect, f Fault) error {
 	if data == "" {
 		data = string(f.in(d).body(d))
 	}
-	var sb strings.Builder
-	if name := cmp.Or(f.Event, d.errorEventName()); name != "" {
-		fmt.Fprintf(&sb, "event: %s\n", name)
-	}
-	for l := range strings.SplitSeq(data, "\n") {
-		fmt.Fprintf(&sb, "data: %s\n", l)
-	}
-	sb.WriteString("\n")
-	if _, err := st.w.Write([]byte(sb.String())); err != nil {
-		return err
-	}
-	return st.rc.Flush()
+	return st.named(cmp.Or(f.Event, d.errorEventName()), data)
 }

@@ -117,9 +117,9 @@ type Fault struct {
 	// OpenAI's route sends it, that of HugeError, and the error event of
 	// ErrorEvent. An empty Code is sent as null; a zero Status is sent as
 	// 500. On the Messages route a fault made by one of those constructors
-	// answers in Anthropic's own words for it, which these fields do not
-	// change; any other answers its Status and Message with the Anthropic
-	// type that [Status] describes.
+	// answers in Anthropic's own words for its meaning, whatever these
+	// fields hold; any other answers its Status and Message with the
+	// Anthropic type that [Status] describes.
 	Status  int
 	Code    string
 	Type    string
