@@ -72,13 +72,13 @@ func TestOwnClientErrorsClassifiedAsTheOwnProvider(t *testing.T) {
 		typ   string
 		after time.Duration
 	}{
-		{"billing", retracetest.BillingError(), Fatal, "billing_error", 0},
-		{"overloaded", retracetest.AnthropicOverloaded(), Transient, "overloaded_error", 0},
-		{"rate limit", retracetest.AnthropicRateLimited(7 * time.Second), Transient, "rate_limit_error", 7 * time.Second},
-		{"prompt too long", retracetest.PromptTooLong(300000, 200000), ContextOverflow, "invalid_request_error", 0},
+		{"billing", retracetest.InsufficientQuota(), Fatal, "billing_error", 0},
+		{"overloaded", retracetest.ServerError(529), Transient, "overloaded_error", 0},
+		{"rate limit", retracetest.RateLimited(7 * time.Second), Transient, "rate_limit_error", 7 * time.Second},
+		{"prompt too long", retracetest.ContextOverflow(), ContextOverflow, "invalid_request_error", 0},
 		{"too large", retracetest.RequestTooLarge(), ContextOverflow, "request_too_large", 0},
-		{"authentication", retracetest.AuthenticationError(), Permanent, "authentication_error", 0},
-		{"error event", retracetest.AnthropicErrorEvent(1, "overloaded_error", "Overloaded"), Transient, "overloaded_error", 0},
+		{"authentication", retracetest.InvalidAPIKey(), Permanent, "authentication_error", 0},
+		{"error event", retracetest.ErrorEvent(1, "", "overloaded_error", "Overloaded"), Transient, "overloaded_error", 0},
 	} {
 		t.Run("anthropic/"+tc.name, func(t *testing.T) {
 			srv := start(t, tc.fault)

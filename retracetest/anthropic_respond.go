@@ -10,11 +10,10 @@ import (
 // respondAnthropic answers a Messages API request with f: Anthropic's
 // server-sent events, error bodies and message object. The faults whose
 // answer does not depend on the protocol (a hang, a body that is not JSON,
-// a raw or huge error body, a huge event) are answered as on the OpenAI
-// route.
+// a raw error body, a huge event) are answered as on the OpenAI route.
 func respondAnthropic(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 	switch f.kind {
-	case kindHang, kindBadJSON, kindRawError, kindHugeError, kindHugeEvent:
+	case kindHang, kindBadJSON, kindRawError, kindHugeEvent:
 		respond(w, r, req, f)
 		return
 	}
@@ -26,25 +25,19 @@ func respondAnthropic(w http.ResponseWriter, r *http.Request, req Request, f Fau
 	a := answer{text: f.text(), calls: anthropicCalls(f, req.Index)}
 	switch f.kind {
 	case kindError:
-		writeAnthropicError(w, f.status(), f)
+		writeError(w, anthropicDialect, f.in(anthropicDialect))
+	case kindHugeError:
+		writeHugeError(r.Context(), w, anthropicDialect, f)
 	case kindErrorEvent:
 		if !req.Stream {
-			writeAnthropicError(w, f.status(), f)
+			writeError(w, anthropicDialect, f.in(anthropicDialect))
 			return
 		}
 		st.begin()
 		if st.anthropicCut(a, f.Chunks) != nil {
 			return
 		}
-		data := f.Body
-		if data == "" {
-			data = string(anthropicErrorJSON(f))
-		}
-		name := f.Event
-		if name == "" {
-			name = "error"
-		}
-		_ = st.named(name, data)
+		_ = st.errorEvent(anthropicDialect, f)
 	case kindMalformed:
 		if !req.Stream {
 			w.Header().Set("Content-Type", "application/json")
@@ -251,11 +244,13 @@ func (st *stream) anthropicEvent(e anthropicEvent) error {
 	return st.named(e.name, string(b))
 }
 
-// named sends one event with a name and data (one "data:" line per line of
-// it) and flushes it.
+// named sends one event with a name ("" sends no "event:" line) and data
+// (one "data:" line per line of it) and flushes it.
 func (st *stream) named(name, data string) error {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "event: %s\n", name)
+	if name != "" {
+		fmt.Fprintf(&sb, "event: %s\n", name)
+	}
 	for l := range strings.SplitSeq(data, "\n") {
 		fmt.Fprintf(&sb, "data: %s\n", l)
 	}

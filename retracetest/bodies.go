@@ -2,12 +2,11 @@ package retracetest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 )
 
 // filler is what huge answers are made of: written over and over, so that
@@ -30,14 +29,19 @@ func fill(ctx context.Context, w http.ResponseWriter, n int64) error {
 	return nil
 }
 
-// writeHugeError sends f's status and an error body of f.Size bytes: the
-// object's type and code first, then a message of filler that makes up the
-// size (a body too small for them is cut).
-func writeHugeError(ctx context.Context, w http.ResponseWriter, f Fault) {
-	head := fmt.Sprintf(`{"error":{"type":%q,"code":%q,"message":"`, f.Type, f.Code)
+// writeHugeError sends f's status and an error body of f.Size bytes in
+// dialect d's shape: the object's type (and OpenAI's code) first, then a
+// message of filler that makes up the size (a body too small for them is
+// cut).
+func writeHugeError(ctx context.Context, w http.ResponseWriter, d dialect, f Fault) {
+	e := f.in(d)
+	head := fmt.Sprintf(`{"error":{"type":%q,"code":%q,"message":"`, e.typ, e.code)
+	if d == anthropicDialect {
+		head = fmt.Sprintf(`{"type":"error","error":{"type":%q,"message":"`, e.typ)
+	}
 	const tail = `"}}`
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(f.status())
+	w.WriteHeader(e.status)
 	if f.Size <= int64(len(head)+len(tail)) {
 		_, _ = w.Write([]byte((head + tail)[:max(f.Size, 0)]))
 		return
@@ -89,28 +93,13 @@ func (st *stream) dataLine(ctx context.Context, n int64, newline bool) error {
 	return err
 }
 
-// errorEvent sends f's error event: Body as its data when set, else an
-// OpenAI error object, after an "event:" line when f.Event is set.
-func (st *stream) errorEvent(f Fault) error {
+// errorEvent sends f's error event in dialect d: Body as its data when set,
+// else f's error object in d's words, after an "event:" line with f.Event,
+// or with d's name for an error event when f.Event is empty.
+func (st *stream) errorEvent(d dialect, f Fault) error {
 	data := f.Body
 	if data == "" {
-		b := errorBody{Error: apiError{Message: f.Message, Type: f.Type}}
-		if f.Code != "" {
-			b.Error.Code = &f.Code
-		}
-		j, _ := json.Marshal(b)
-		data = string(j)
+		data = string(f.in(d).body(d))
 	}
-	var sb strings.Builder
-	if f.Event != "" {
-		fmt.Fprintf(&sb, "event: %s\n", f.Event)
-	}
-	for l := range strings.SplitSeq(data, "\n") {
-		fmt.Fprintf(&sb, "data: %s\n", l)
-	}
-	sb.WriteString("\n")
-	if _, err := st.w.Write([]byte(sb.String())); err != nil {
-		return err
-	}
-	return st.rc.Flush()
+	return st.named(cmp.Or(f.Event, d.errorEventName()), data)
 }

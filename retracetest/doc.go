@@ -12,10 +12,9 @@
 //
 // A fault is one of a success (streamed as server-sent events when the
 // request asks for stream=true, a chat.completion object otherwise), an error
-// answer with OpenAI's error body (rate limits with Retry-After or
-// retry-after-ms, server errors, invalid API key, context overflow,
-// insufficient quota, invalid image, or any [Status]), an error body of any
-// shape ([StringError], and [Fault.WithBody] for a body of your own), a
+// answer ([RateLimited] with Retry-After, [ServerError], [InvalidAPIKey],
+// [ContextOverflow], [InsufficientQuota], [InvalidImage], [RequestTooLarge],
+// or any [Status]), an error body of any shape ([StringError], and [Fault.WithBody] for a body of your own), a
 // stream that is cut by a TCP reset or ends early without its finish chunk,
 // a stream that fails midway with an error event ([ErrorEvent]), a
 // malformed stream, a body that is not JSON, or no answer at all.
@@ -65,14 +64,18 @@
 // (message_start, content_block_start, text_delta and input_json_delta
 // deltas, content_block_stop, message_delta with the stop reason and the
 // output tokens, message_stop) and its error bodies ({"type": "error",
-// "error": {"type", "message"}}). Every fault works there: the OpenAI-style
-// ones answer with the Anthropic error type that means the same
-// (insufficient_quota is billing_error, a 503 api_error), [StreamEOF] ends
-// the stream without message_stop, an error event is Anthropic's "event:
-// error". [AnthropicOverloaded], [AnthropicAPIError],
-// [AnthropicRateLimited], [AuthenticationError], [PermissionError],
-// [BillingError], [RequestTooLarge], [PromptTooLong] and
-// [AnthropicErrorEvent] make Anthropic's own errors.
+// "error": {"type", "message"}}). There is one catalogue of faults, each
+// answered in the words of the route that serves it: [InsufficientQuota]
+// is OpenAI's 429 insufficient_quota on /v1/chat/completions and
+// Anthropic's 402 billing_error on /v1/messages, [InvalidAPIKey]
+// authentication_error "invalid x-api-key", [ContextOverflow] "prompt is
+// too long: N tokens > M maximum", [RateLimited] rate_limit_error,
+// ServerError(529) overloaded_error and ServerError(500) api_error, each
+// with Anthropic's message. [Status] and [ErrorEvent] bring their own words,
+// and the Messages route answers them with the Anthropic type of their code
+// or type (Status(403, "", "permission_error", m) is Anthropic's
+// permission_error). [StreamEOF] ends the stream without message_stop, and
+// an error event is Anthropic's "event: error".
 //
 // The span helpers check what a trace says of itself against what the server
 // saw: [TraceCounts] reads a trace's leaf spans and its root's retrace.calls,

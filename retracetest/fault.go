@@ -23,8 +23,8 @@ const (
 	// kindOK answers with a successful completion of Fault.Reply and
 	// Fault.ToolCalls.
 	kindOK kind = iota
-	// kindError answers with Fault.Status and an OpenAI error body made of
-	// Fault.Code, Fault.Type and Fault.Message.
+	// kindError answers with the fault's error in the words of the route
+	// that serves it (Fault.in).
 	kindError
 	// kindStreamReset sends the status, the headers and the first
 	// Fault.Chunks chunks of the answer, then resets the TCP connection.
@@ -48,17 +48,19 @@ const (
 	kindRawError
 	// kindErrorEvent sends the status, the headers and the first
 	// Fault.Chunks chunks of the answer, then one error event, and ends the
-	// body: its data is Fault.Body when set, else an OpenAI error object made
-	// of Fault.Code, Fault.Type and Fault.Message; an "event:" line with
-	// Fault.Event comes first when Fault.Event is set.
+	// body: its data is Fault.Body when set, else the fault's error object
+	// in the route's words; an "event:" line comes first with Fault.Event, or
+	// the name the route's API gives an error event when Fault.Event is
+	// empty.
 	kindErrorEvent
 	// kindHugeEvent sends the status and the headers, then one event of
 	// Fault.Size bytes in "data:" lines of Fault.LineBytes bytes each (one
 	// line when LineBytes is 0) with no blank line to end it, and ends the
 	// body. The event is generated as it is sent, never held in memory.
 	kindHugeEvent
-	// kindHugeError answers Fault.Status with an OpenAI error body of
-	// Fault.Size bytes whose message fills it, generated as it is sent.
+	// kindHugeError answers Fault.Status with an error body of Fault.Size
+	// bytes in the route's shape, whose message fills it, generated as it is
+	// sent.
 	kindHugeError
 )
 
@@ -97,6 +99,9 @@ type Fault struct {
 	// kind selects the behaviour, as the constructor that made the fault
 	// set it; the zero kind is a success.
 	kind kind
+	// meaning is the catalogue's row of an error made by one of its
+	// constructors, which the Messages route answers in Anthropic's words.
+	meaning meaning
 	// Reply is the text of a success and of the chunks that StreamReset,
 	// StreamEOF and Malformed send. Empty means DefaultReply when there are
 	// no ToolCalls, and no text at all when there are.
@@ -107,10 +112,14 @@ type Fault struct {
 	// empty Arguments as "{}". A stream sends each call as a chunk with its
 	// ID, type and name, then its arguments in up to three pieces.
 	ToolCalls []ToolCall
-	// Status, Code, Type and Message make the error answer of Status (and
-	// the constructors built on it) and of HugeError, and the error event of
+	// Status, Code, Type and Message make the error answer of Status and of
+	// the constructors that name an error (RateLimited, InvalidAPIKey, …) as
+	// OpenAI's route sends it, that of HugeError, and the error event of
 	// ErrorEvent. An empty Code is sent as null; a zero Status is sent as
-	// 500.
+	// 500. On the Messages route a fault made by one of those constructors
+	// answers in Anthropic's own words for its meaning, whatever these
+	// fields hold; any other answers its Status and Message with the
+	// Anthropic type that [Status] describes.
 	Status  int
 	Code    string
 	Type    string
@@ -150,70 +159,71 @@ func Reply(text string) Fault { return Fault{Reply: text} }
 // text, as a model that wants the agent to run tools answers.
 func CallTools(calls ...ToolCall) Fault { return Fault{ToolCalls: slices.Clone(calls)} }
 
-// Status returns an error answer with the given HTTP status and OpenAI error
-// code, type and message.
+// Status returns an error answer with the given HTTP status and error code,
+// type and message, as they are on OpenAI's route; an empty code is sent as
+// null. On the Messages route it answers Anthropic's error of the same status
+// and message, whose type is the Anthropic type of the code when another
+// fault names that code (insufficient_quota is billing_error), else typ when
+// it is one of Anthropic's or the code is empty (Status(403, "",
+// "permission_error", m) is Anthropic's permission_error), else the type of
+// the status.
 func Status(status int, code, typ, message string) Fault {
 	return Fault{kind: kindError, Status: status, Code: code, Type: typ, Message: message}
 }
 
-// RateLimited returns a 429 rate_limit_exceeded answer whose Retry-After
-// header is retryAfter in whole seconds, rounded up.
+// RateLimited returns a 429 rate limit whose Retry-After header is
+// retryAfter in whole seconds, rounded up: rate_limit_exceeded on OpenAI's
+// route, rate_limit_error on the Messages route. For OpenAI's retry-after-ms
+// header, replace the fault's Header.
 func RateLimited(retryAfter time.Duration) Fault {
-	f := Status(http.StatusTooManyRequests, "rate_limit_exceeded", "requests",
-		fmt.Sprintf("Rate limit reached for requests. Please try again in %s.", retryAfter))
+	f := errorOf(rateLimited)
+	f.Message = fmt.Sprintf(f.Message, retryAfter)
 	f.Header = http.Header{"Retry-After": {strconv.FormatInt(ceilDiv(retryAfter, time.Second), 10)}}
 	return f
 }
 
-// RateLimitedMs returns a 429 rate_limit_exceeded answer whose retry-after-ms
-// header is retryAfter in whole milliseconds, rounded up; it sends no
-// Retry-After header.
-func RateLimitedMs(retryAfter time.Duration) Fault {
-	f := Status(http.StatusTooManyRequests, "rate_limit_exceeded", "requests",
-		fmt.Sprintf("Rate limit reached for requests. Please try again in %s.", retryAfter))
-	f.Header = http.Header{"Retry-After-Ms": {strconv.FormatInt(ceilDiv(retryAfter, time.Millisecond), 10)}}
-	return f
-}
-
-// ServerError returns a server_error answer with the given status, meant for
-// 500, 502 and 503.
+// ServerError returns a server error with the given status. 500, 502 and
+// 503 are server_error on OpenAI's route and api_error on the Messages
+// route, each in its provider's words; 529 is Anthropic's overloaded_error,
+// "Overloaded", on both. Any other status is server_error with the status's
+// text, api_error on the Messages route.
 func ServerError(status int) Fault {
-	msg := http.StatusText(status)
 	switch status {
 	case http.StatusInternalServerError:
-		msg = "The server had an error while processing your request."
+		return errorOf(internalError)
 	case http.StatusBadGateway:
-		msg = "Bad gateway"
+		return errorOf(badGateway)
 	case http.StatusServiceUnavailable:
-		msg = "Service unavailable"
+		return errorOf(unavailable)
+	case 529:
+		return errorOf(overloaded)
 	}
-	return Status(status, "server_error", "server_error", msg)
+	return Status(status, "server_error", "server_error", http.StatusText(status))
 }
 
-// InvalidAPIKey returns a 401 invalid_api_key answer naming a masked key.
-func InvalidAPIKey() Fault {
-	return Status(http.StatusUnauthorized, "invalid_api_key", "invalid_request_error",
-		"Incorrect API key provided: sk-test***...***abcd. You can find your API key at https://platform.openai.com/account/api-keys.")
-}
+// InvalidAPIKey returns a 401 for a wrong API key: invalid_api_key naming a
+// masked key on OpenAI's route, authentication_error "invalid x-api-key" on
+// the Messages route.
+func InvalidAPIKey() Fault { return errorOf(invalidAPIKey) }
 
-// ContextOverflow returns a 400 context_length_exceeded answer.
-func ContextOverflow() Fault {
-	return Status(http.StatusBadRequest, "context_length_exceeded", "invalid_request_error",
-		"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages.")
-}
+// ContextOverflow returns a 400 for a prompt longer than the model's
+// context: context_length_exceeded on OpenAI's route, invalid_request_error
+// "prompt is too long: 210000 tokens > 200000 maximum" on the Messages route.
+func ContextOverflow() Fault { return errorOf(contextOverflow) }
 
-// InsufficientQuota returns a 429 insufficient_quota answer, a rate-limit
-// status that no retry can fix.
-func InsufficientQuota() Fault {
-	return Status(http.StatusTooManyRequests, "insufficient_quota", "insufficient_quota",
-		"You exceeded your current quota, please check your plan and billing details.")
-}
+// InsufficientQuota returns an account that cannot pay, which no retry can
+// fix: 429 insufficient_quota on OpenAI's route, 402 billing_error on the
+// Messages route.
+func InsufficientQuota() Fault { return errorOf(insufficientQuota) }
 
-// InvalidImage returns a 400 invalid_image answer.
-func InvalidImage() Fault {
-	return Status(http.StatusBadRequest, "invalid_image", "invalid_request_error",
-		"Invalid image: image data is not a valid base64-encoded image.")
-}
+// InvalidImage returns a 400 for an image that cannot be read: invalid_image
+// on OpenAI's route, invalid_request_error on the Messages route.
+func InvalidImage() Fault { return errorOf(invalidImage) }
+
+// RequestTooLarge returns a 413 for a request body over the provider's
+// limit, in the same words on both routes: code request_too_large on
+// OpenAI's, type request_too_large on the Messages route.
+func RequestTooLarge() Fault { return errorOf(requestTooLarge) }
 
 // StreamReset returns a fault that sends 200, the headers and afterChunks
 // content chunks, then resets the TCP connection. A request with stream=false
@@ -247,9 +257,13 @@ func StringError(status int, text string) Fault {
 }
 
 // ErrorEvent returns a 200 event stream that sends afterChunks content
-// chunks, then an error event {"error": {"message", "type", "code"}}, and
-// ends: a provider failing in the middle of its answer. Add an event name
-// with [Fault.WithEvent] and replace the data with [Fault.WithBody]. A
+// chunks, then an error event, and ends: a provider failing in the middle of
+// its answer. On OpenAI's route the event is {"error": {"message", "type",
+// "param", "code"}} without an event name; on the Messages route it is
+// Anthropic's "event: error" with {"type": "error", "error": {"type",
+// "message"}}, its type found as [Status] finds it (ErrorEvent(n, "",
+// "overloaded_error", "Overloaded") is Anthropic's overload). Name the event
+// with [Fault.WithEvent] and replace its data with [Fault.WithBody]. A
 // request with stream=false gets the error answer with Fault.Status instead
 // (500 when it is zero).
 func ErrorEvent(afterChunks int, code, typ, message string) Fault {
@@ -264,10 +278,12 @@ func HugeEvent(size int64, lineBytes int) Fault {
 	return Fault{kind: kindHugeEvent, Size: size, LineBytes: lineBytes}
 }
 
-// HugeError returns an error answer with the given status whose OpenAI error
-// body is size bytes, most of them its message.
+// HugeError returns the error of ServerError(status) with a body of size
+// bytes, in the shape of the route's API, most of them its message.
 func HugeError(status int, size int64) Fault {
-	return Fault{kind: kindHugeError, Status: status, Code: "server_error", Type: "server_error", Size: size}
+	f := ServerError(status)
+	f.kind, f.Size = kindHugeError, size
+	return f
 }
 
 // WithEvent returns f with the event name its error event is sent with.
@@ -305,7 +321,8 @@ func (f Fault) WithToolCalls(calls ...ToolCall) Fault {
 	return f
 }
 
-// String describes the fault for logs, such as "429 rate_limit_exceeded",
+// String describes the fault for logs by its OpenAI words (its code, else
+// its type), such as "429 rate_limit_exceeded",
 // "reset after 2 chunks" or "tool calls: search_docs".
 func (f Fault) String() string {
 	var s string
@@ -317,8 +334,8 @@ func (f Fault) String() string {
 		}
 	case kindError, kindRawError:
 		s = strconv.Itoa(f.status())
-		if f.Code != "" {
-			s += " " + f.Code
+		if name := cmp.Or(f.Code, f.Type); name != "" {
+			s += " " + name
 		}
 	case kindHugeError:
 		s = fmt.Sprintf("%d with a body of %d bytes", f.status(), f.Size)

@@ -33,17 +33,6 @@ func ReplyChunks(text string) []string {
 	return append(chunks, text[start:])
 }
 
-type errorBody struct {
-	Error apiError `json:"error"`
-}
-
-type apiError struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
 type usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
@@ -106,18 +95,6 @@ type completion struct {
 	Usage   usage    `json:"usage"`
 }
 
-// writeError sends f's status and OpenAI error body.
-func writeError(w http.ResponseWriter, status int, f Fault) {
-	body := errorBody{Error: apiError{Message: f.Message, Type: f.Type}}
-	if f.Code != "" {
-		body.Error.Code = &f.Code
-	}
-	b, _ := json.Marshal(body)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
 // respond answers req with f.
 func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 	for k, vs := range f.Header {
@@ -127,7 +104,7 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 	a := answer{text: f.text(), calls: f.toolCalls(req.Index)}
 	switch f.kind {
 	case kindError:
-		writeError(w, f.status(), f)
+		writeError(w, openAIDialect, f.in(openAIDialect))
 	case kindHang:
 		<-r.Context().Done()
 		panic(http.ErrAbortHandler)
@@ -139,13 +116,13 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 		w.WriteHeader(f.status())
 		_, _ = w.Write([]byte(f.Body))
 	case kindHugeError:
-		writeHugeError(r.Context(), w, f)
+		writeHugeError(r.Context(), w, openAIDialect, f)
 	case kindHugeEvent:
 		st.begin()
 		st.hugeEvent(r.Context(), f.Size, f.LineBytes)
 	case kindErrorEvent:
 		if !req.Stream {
-			writeError(w, f.status(), f)
+			writeError(w, openAIDialect, f.in(openAIDialect))
 			return
 		}
 		st.begin()
@@ -154,7 +131,7 @@ func respond(w http.ResponseWriter, r *http.Request, req Request, f Fault) {
 				break
 			}
 		}
-		_ = st.errorEvent(f)
+		_ = st.errorEvent(openAIDialect, f)
 	case kindMalformed:
 		if !req.Stream {
 			w.Header().Set("Content-Type", "application/json")

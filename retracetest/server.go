@@ -104,6 +104,18 @@ func (s *Server) URL() string {
 	return "http://" + s.ln.Addr().String() + "/v1"
 }
 
+// AnthropicURL returns the base URL of the Anthropic-compatible API, such as
+// http://127.0.0.1:PORT (the Messages API is at /v1/messages beneath it), or
+// "" before Start.
+func (s *Server) AnthropicURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return ""
+	}
+	return "http://" + s.ln.Addr().String()
+}
+
 // Close stops the server: it ends the context of every request in progress,
 // so hanging and slow answers end, closes every connection, and returns when
 // all of the server's goroutines have returned. Close may be called more
@@ -213,8 +225,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	anthropic := anthropicPath(r.URL.Path)
 	if r.Method != http.MethodPost || (!anthropic && r.URL.Path != "/chat/completions" && r.URL.Path != "/v1/chat/completions") {
-		writeError(w, http.StatusNotFound, Fault{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
+		writeError(w, openAIDialect, wording{status: http.StatusNotFound, typ: "invalid_request_error",
+			message: fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path)})
 		return
 	}
 	req := Request{Path: r.URL.Path, Header: maskedHeaders(r.Header)}
@@ -236,11 +248,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 	w.Header().Set("X-Request-Id", fmt.Sprintf("req_%d", req.Index))
 	if req.Err != nil && anthropic {
-		writeAnthropicError(w, http.StatusBadRequest, Fault{Type: "invalid_request_error", Message: req.Err.Error()})
+		writeError(w, anthropicDialect, wording{status: http.StatusBadRequest, typ: "invalid_request_error", message: req.Err.Error()})
 		return
 	}
 	if req.Err != nil {
-		writeError(w, http.StatusBadRequest, Fault{Type: "invalid_request_error", Message: "We could not parse the JSON body of your request. " +
+		writeError(w, openAIDialect, wording{status: http.StatusBadRequest, typ: "invalid_request_error", message: "We could not parse the JSON body of your request. " +
 			"(HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON.)"})
 		return
 	}

@@ -224,22 +224,22 @@ func TestAnthropicErrorClasses(t *testing.T) {
 		class policies.Class
 		typ   string
 	}{
-		{"529 overloaded_error", retracetest.AnthropicOverloaded(), policies.Transient, "overloaded_error"},
-		{"500 api_error", retracetest.AnthropicAPIError(), policies.Transient, "api_error"},
-		{"429 rate_limit_error", retracetest.AnthropicRateLimited(7 * time.Second), policies.Transient, "rate_limit_error"},
-		{"504 timeout_error", retracetest.AnthropicError(504, "timeout_error", "Request timed out"), policies.Transient, "timeout_error"},
-		{"401 authentication_error", retracetest.AuthenticationError(), policies.Permanent, "authentication_error"},
-		{"403 permission_error", retracetest.PermissionError(), policies.Permanent, "permission_error"},
-		{"404 not_found_error", retracetest.AnthropicError(404, "not_found_error", "model: claude-nope"), policies.Permanent, "not_found_error"},
-		{"400 invalid_request_error", retracetest.AnthropicError(400, "invalid_request_error", "messages: roles must alternate"), policies.Permanent, "invalid_request_error"},
-		{"402 billing_error", retracetest.BillingError(), policies.Fatal, "billing_error"},
-		{"400 billing_error", retracetest.AnthropicError(400, "billing_error", "Your credit balance is too low"), policies.Fatal, "billing_error"},
+		{"529 overloaded_error", retracetest.ServerError(529), policies.Transient, "overloaded_error"},
+		{"500 api_error", retracetest.ServerError(500), policies.Transient, "api_error"},
+		{"429 rate_limit_error", retracetest.RateLimited(7 * time.Second), policies.Transient, "rate_limit_error"},
+		{"504 timeout_error", retracetest.Status(504, "", "timeout_error", "Request timed out"), policies.Transient, "timeout_error"},
+		{"401 authentication_error", retracetest.InvalidAPIKey(), policies.Permanent, "authentication_error"},
+		{"403 permission_error", retracetest.Status(403, "", "permission_error", "Your API key does not have permission to use the specified resource."), policies.Permanent, "permission_error"},
+		{"404 not_found_error", retracetest.Status(404, "", "not_found_error", "model: claude-nope"), policies.Permanent, "not_found_error"},
+		{"400 invalid_request_error", retracetest.Status(400, "", "invalid_request_error", "messages: roles must alternate"), policies.Permanent, "invalid_request_error"},
+		{"402 billing_error", retracetest.InsufficientQuota(), policies.Fatal, "billing_error"},
+		{"400 billing_error", retracetest.Status(400, "", "billing_error", "Your credit balance is too low"), policies.Fatal, "billing_error"},
 		{"413 request_too_large", retracetest.RequestTooLarge(), policies.ContextOverflow, "request_too_large"},
-		{"prompt is too long", retracetest.PromptTooLong(210000, 200000), policies.ContextOverflow, "invalid_request_error"},
-		{"event: error overloaded_error", retracetest.AnthropicErrorEvent(2, "overloaded_error", "Overloaded"), policies.Transient, "overloaded_error"},
-		{"event: error api_error", retracetest.AnthropicErrorEvent(0, "api_error", "Internal server error"), policies.Transient, "api_error"},
-		{"event: error billing_error", retracetest.AnthropicErrorEvent(1, "billing_error", "Your credit balance is too low"), policies.Fatal, "billing_error"},
-		{"event: error of an unknown type", retracetest.AnthropicErrorEvent(1, "mystery_error", "?"), policies.Transient, "stream_error"},
+		{"prompt is too long", retracetest.ContextOverflow(), policies.ContextOverflow, "invalid_request_error"},
+		{"event: error overloaded_error", retracetest.ErrorEvent(2, "", "overloaded_error", "Overloaded"), policies.Transient, "overloaded_error"},
+		{"event: error api_error", retracetest.ErrorEvent(0, "", "api_error", "Internal server error"), policies.Transient, "api_error"},
+		{"event: error billing_error", retracetest.ErrorEvent(1, "", "billing_error", "Your credit balance is too low"), policies.Fatal, "billing_error"},
+		{"event: error of an unknown type", retracetest.ErrorEvent(1, "", "mystery_error", "?"), policies.Transient, "stream_error"},
 		{"malformed event", retracetest.Malformed(), policies.Transient, "malformed_response"},
 		{"not an event stream", retracetest.BadJSON(), policies.Transient, "malformed_response"},
 	}
@@ -260,7 +260,7 @@ func TestAnthropicErrorClasses(t *testing.T) {
 // A 429's retry-after reaches the classification, and the session waits it
 // out instead of its own backoff.
 func TestAnthropicRetryAfter(t *testing.T) {
-	_, p := anthropicServer(t, retracetest.Always(retracetest.AnthropicRateLimited(7*time.Second)), nil)
+	_, p := anthropicServer(t, retracetest.Always(retracetest.RateLimited(7*time.Second)), nil)
 	_, err := p.Stream(context.Background(), session.Request{Model: "claude-test", Messages: []session.Message{{Role: session.User, Content: "hi"}}}, nil)
 	var api *policies.Error
 	require.ErrorAs(t, err, &api)
@@ -268,7 +268,7 @@ func TestAnthropicRetryAfter(t *testing.T) {
 	assert.Equal(t, "rate_limit_error", api.Code)
 	assert.Equal(t, 7*time.Second, policies.Classify(err).RetryAfter)
 
-	f := startAnthropic(t, retracetest.Sequence(retracetest.AnthropicRateLimited(5*time.Second), retracetest.OK()), nil)
+	f := startAnthropic(t, retracetest.Sequence(retracetest.RateLimited(5*time.Second), retracetest.OK()), nil)
 	_, err = f.s.Run(context.Background(), "hi")
 	require.NoError(t, err)
 	assert.Equal(t, []time.Duration{5 * time.Second}, f.clk.Slept(), "retry-after 5 s outweighs the 2 s backoff")
@@ -281,7 +281,7 @@ func TestAnthropicRetryAfter(t *testing.T) {
 func TestAnthropicMidStreamErrorRetried(t *testing.T) {
 	var deltas []string
 	f := startAnthropic(t, retracetest.Sequence(
-		retracetest.AnthropicErrorEvent(2, "overloaded_error", "Overloaded").WithReply("partial answer here"),
+		retracetest.ErrorEvent(2, "", "overloaded_error", "Overloaded").WithReply("partial answer here"),
 		retracetest.Reply("Whole answer."),
 	), func(c *session.Config) { c.OnDelta = func(d session.Delta) { deltas = append(deltas, d.Text) } })
 	msg, err := f.s.Run(context.Background(), "hi")
@@ -336,8 +336,8 @@ func TestAnthropicPermanentAndFatalNotRetried(t *testing.T) {
 		class policies.Class
 		text  string
 	}{
-		{retracetest.AuthenticationError(), policies.Permanent, "APIError: 401 authentication_error: invalid x-api-key"},
-		{retracetest.BillingError(), policies.Fatal, "APIError: 402 billing_error: Your credit balance is too low"},
+		{retracetest.InvalidAPIKey(), policies.Permanent, "APIError: 401 authentication_error: invalid x-api-key"},
+		{retracetest.InsufficientQuota(), policies.Fatal, "APIError: 402 billing_error: Your credit balance is too low"},
 	} {
 		t.Run(tt.fault.String(), func(t *testing.T) {
 			f := startAnthropic(t, retracetest.Always(tt.fault), nil)
@@ -356,8 +356,8 @@ func TestAnthropicPermanentAndFatalNotRetried(t *testing.T) {
 func TestAnthropicKeyNeverLeaks(t *testing.T) {
 	const key = "Zq7xW2.tenant.91" // in no shape a pattern knows: only its exact value can redact it
 	for name, fault := range map[string]retracetest.Fault{
-		"error body":  retracetest.AnthropicError(401, "authentication_error", "invalid x-api-key: "+key),
-		"error event": retracetest.AnthropicErrorEvent(1, "permission_error", "key "+key+" may not use this model"),
+		"error body":  retracetest.Status(401, "", "authentication_error", "invalid x-api-key: "+key),
+		"error event": retracetest.ErrorEvent(1, "", "permission_error", "key "+key+" may not use this model"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			srv, p := anthropicServer(t, retracetest.Always(fault), func(c *session.AnthropicConfig) { c.APIKey = key })
@@ -436,7 +436,7 @@ func TestAnthropicCanceled(t *testing.T) {
 // AnthropicConfig.Middleware, each request of the SDK's loop is a CLIENT
 // span, counted: provider requests = client spans = retrace.calls.
 func TestAnthropicSDKRetriesSeen(t *testing.T) {
-	overloaded := retracetest.AnthropicOverloaded()
+	overloaded := retracetest.ServerError(529)
 	overloaded.Header = http.Header{"Retry-After-Ms": {"1"}} // the SDK retries at once
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
@@ -468,7 +468,7 @@ func TestAnthropicSDKRetriesSeen(t *testing.T) {
 }
 
 func ExampleNewAnthropic() {
-	srv := retracetest.New(retracetest.Sequence(retracetest.AnthropicOverloaded(), retracetest.Reply("All systems nominal.")))
+	srv := retracetest.New(retracetest.Sequence(retracetest.ServerError(529), retracetest.Reply("All systems nominal.")))
 	if err := srv.Start(); err != nil {
 		panic(err)
 	}

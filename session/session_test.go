@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -253,7 +254,9 @@ func TestRetryAfterHonoured(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []time.Duration{5 * time.Second}, f.clk.Slept(), "Retry-After 5 s outweighs the 2 s backoff")
 
-	g := start(t, retracetest.Sequence(retracetest.RateLimitedMs(2500*time.Millisecond), retracetest.OK()), nil)
+	inMs := retracetest.RateLimited(2500 * time.Millisecond)
+	inMs.Header = http.Header{"Retry-After-Ms": {"2500"}} // OpenAI's hint in milliseconds, without Retry-After
+	g := start(t, retracetest.Sequence(inMs, retracetest.OK()), nil)
 	_, err = g.s.Run(context.Background(), "hi")
 	require.NoError(t, err)
 	assert.Equal(t, []time.Duration{2500 * time.Millisecond}, g.clk.Slept())

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,7 +25,7 @@ func faultserver(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("retrace faultserver", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8089", "listen address; the host must be 127.0.0.1, localhost or ::1")
-	name := fs.String("fault", "ok", "ok, 429, 429ms, 500, 502, 503, 529, reset, eof, invalid-api-key, context-overflow, insufficient-quota, invalid-image, string-401, error-event, huge-event, huge-error, slow, hang, malformed or bad-json")
+	name := fs.String("fault", "ok", "ok, 429, 429ms, 500, 502, 503, 529, reset, eof, invalid-api-key, context-overflow, insufficient-quota, invalid-image, request-too-large, string-401, error-event, huge-event, huge-error, slow, hang, malformed or bad-json; each answers in the words of the API called, OpenAI's or Anthropic's")
 	failFirst := fs.Int("fail-first", 0, "the first N requests get the fault, the rest succeed; 0 means every request gets it")
 	retryAfter := fs.Duration("retry-after", 2*time.Second, "the retry delay that 429 and 429ms announce")
 	slow := fs.Duration("slow", 5*time.Second, "how long slow waits before answering")
@@ -95,14 +97,16 @@ func fault(name string, retryAfter, slow time.Duration) (retracetest.Fault, erro
 	case "429":
 		return retracetest.RateLimited(retryAfter), nil
 	case "429ms":
-		return retracetest.RateLimitedMs(retryAfter), nil
-	case "500", "502", "503":
+		// OpenAI's hint in whole milliseconds, rounded up, instead of
+		// Retry-After.
+		f := retracetest.RateLimited(retryAfter)
+		ms := (max(retryAfter, 0) + time.Millisecond - 1) / time.Millisecond
+		f.Header = http.Header{"Retry-After-Ms": {strconv.FormatInt(int64(ms), 10)}}
+		return f, nil
+	case "500", "502", "503", "529":
 		var status int
 		_, _ = fmt.Sscan(name, &status)
 		return retracetest.ServerError(status), nil
-	case "529":
-		// The overload as Anthropic names it, in OpenAI's body with its code.
-		return retracetest.Status(529, "overloaded_error", "overloaded_error", "Overloaded"), nil
 	case "reset":
 		return retracetest.StreamReset(2), nil
 	case "eof":
@@ -115,6 +119,8 @@ func fault(name string, retryAfter, slow time.Duration) (retracetest.Fault, erro
 		return retracetest.InsufficientQuota(), nil
 	case "invalid-image":
 		return retracetest.InvalidImage(), nil
+	case "request-too-large":
+		return retracetest.RequestTooLarge(), nil
 	case "string-401":
 		return retracetest.StringError(401, "Invalid API key"), nil
 	case "error-event":

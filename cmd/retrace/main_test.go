@@ -3,14 +3,18 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/retrace-go/retrace/retracetest"
 )
 
 func TestMain(m *testing.M) {
@@ -76,4 +80,28 @@ func TestFaultserverRefusesBadFlags(t *testing.T) {
 	assert.Contains(t, errb.String(), `unknown fault "nope"`)
 	assert.Equal(t, 1, run([]string{"faultserver", "-addr", "0.0.0.0:0"}, &out, &errb), "only loopback")
 	assert.Contains(t, errb.String(), "refusing to listen")
+}
+
+// A -fault name of an error makes the retracetest fault it names, which
+// answers in the words of the API called; 429ms is RateLimited with its hint
+// in milliseconds instead.
+func TestFaultNames(t *testing.T) {
+	for name, want := range map[string]retracetest.Fault{
+		"429":                retracetest.RateLimited(1500 * time.Millisecond),
+		"503":                retracetest.ServerError(503),
+		"529":                retracetest.ServerError(529),
+		"invalid-api-key":    retracetest.InvalidAPIKey(),
+		"insufficient-quota": retracetest.InsufficientQuota(),
+		"context-overflow":   retracetest.ContextOverflow(),
+		"request-too-large":  retracetest.RequestTooLarge(),
+	} {
+		got, err := fault(name, 1500*time.Millisecond, time.Second)
+		require.NoError(t, err, name)
+		assert.Equal(t, want, got, name)
+	}
+
+	ms, err := fault("429ms", 1500*time.Millisecond+1, time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, http.Header{"Retry-After-Ms": {"1501"}}, ms.Header, "whole milliseconds, rounded up, and no Retry-After")
+	assert.Equal(t, "429 rate_limit_exceeded", ms.String())
 }

@@ -51,31 +51,40 @@ type env struct {
 	clk  clock.Clock
 }
 
-// fault is one provider behaviour, in both protocols.
+// fault is one provider behaviour. The fault server answers each fault in
+// the words of the API a path calls (InsufficientQuota is OpenAI's 429
+// insufficient_quota and Anthropic's 402 billing_error), so one script
+// serves both protocols.
 type fault struct {
-	name              string
-	openai, anthropic retracetest.Script
+	name   string
+	script retracetest.Script
+	// anthropic, when set, replaces script for the Anthropic paths: a
+	// behaviour each protocol shows with another failure.
+	anthropic retracetest.Script
 }
 
-func (f fault) script(protocol string) retracetest.Script {
-	if protocol == "anthropic" {
+func (f fault) scriptOf(protocol string) retracetest.Script {
+	if protocol == "anthropic" && f.anthropic != nil {
 		return f.anthropic
 	}
-	return f.openai
+	return f.script
 }
 
 var faults = []fault{
-	{"ok", retracetest.Always(retracetest.OK()), retracetest.Always(retracetest.OK())},
-	{"503", retracetest.Always(retracetest.ServerError(503)), retracetest.Always(retracetest.AnthropicError(503, "api_error", "Service unavailable"))},
-	{"429 + Retry-After", retracetest.FailFirst(1, retracetest.RateLimited(5*time.Second)), retracetest.FailFirst(1, retracetest.AnthropicRateLimited(5*time.Second))},
-	{"cut stream", retracetest.FailFirst(1, retracetest.StreamReset(1)), retracetest.FailFirst(1, retracetest.StreamReset(1))},
-	{"missing terminator", retracetest.FailFirst(1, retracetest.StreamEOF(1)), retracetest.FailFirst(1, retracetest.StreamEOF(1))},
-	{"quota/billing", retracetest.Always(retracetest.InsufficientQuota()), retracetest.Always(retracetest.BillingError())},
-	{"invalid key", retracetest.Always(retracetest.InvalidAPIKey()), retracetest.Always(retracetest.AuthenticationError())},
-	{"context overflow", retracetest.Always(retracetest.ContextOverflow()), retracetest.Always(retracetest.PromptTooLong(300000, 200000))},
-	{"mid-stream error event", retracetest.Always(retracetest.ErrorEvent(1, "insufficient_quota", "insufficient_quota", "You exceeded your current quota.")),
-		retracetest.FailFirst(1, retracetest.AnthropicErrorEvent(1, "overloaded_error", "Overloaded"))},
-	{"flaky", retracetest.FailFirst(2, retracetest.ServerError(503)), retracetest.FailFirst(2, retracetest.AnthropicOverloaded())},
+	{name: "ok", script: retracetest.Always(retracetest.OK())},
+	{name: "503", script: retracetest.Always(retracetest.ServerError(503))},
+	{name: "429 + Retry-After", script: retracetest.FailFirst(1, retracetest.RateLimited(5*time.Second))},
+	{name: "cut stream", script: retracetest.FailFirst(1, retracetest.StreamReset(1))},
+	{name: "missing terminator", script: retracetest.FailFirst(1, retracetest.StreamEOF(1))},
+	{name: "quota/billing", script: retracetest.Always(retracetest.InsufficientQuota())},
+	{name: "invalid key", script: retracetest.Always(retracetest.InvalidAPIKey())},
+	{name: "context overflow", script: retracetest.Always(retracetest.ContextOverflow())},
+	// OpenAI's event says the quota is spent; Anthropic's an overload that
+	// passes.
+	{name: "mid-stream error event", script: retracetest.Always(retracetest.ErrorEvent(1, "insufficient_quota", "insufficient_quota", "You exceeded your current quota.")),
+		anthropic: retracetest.FailFirst(1, retracetest.ErrorEvent(1, "", "overloaded_error", "Overloaded"))},
+	// Anthropic's flaky provider is overloaded, OpenAI's unavailable.
+	{name: "flaky", script: retracetest.FailFirst(2, retracetest.ServerError(503)), anthropic: retracetest.FailFirst(2, retracetest.ServerError(529))},
 }
 
 // paths are the rows, registered by the files beside this one; the first
@@ -102,7 +111,7 @@ type result struct {
 
 func run(t *testing.T, p path, f fault) result {
 	t.Helper()
-	srv := retracetest.New(f.script(p.protocol))
+	srv := retracetest.New(f.scriptOf(p.protocol))
 	require.NoError(t, srv.Start())
 	defer srv.Close()
 	rec := tracetest.NewSpanRecorder()

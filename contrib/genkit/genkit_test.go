@@ -246,7 +246,9 @@ func TestGenkitRetryOutside(t *testing.T) {
 // The provider is rate limited with retry-after-ms 1, which openai-go honours
 // instead of its own backoff of half a second and more, in real time.
 func TestSDKRetriesOfCompatOAI(t *testing.T) {
-	s := newStack(t, retracetest.Always(retracetest.RateLimitedMs(time.Millisecond)), 2)
+	limited := retracetest.RateLimited(time.Millisecond)
+	limited.Header = http.Header{"Retry-After-Ms": {"1"}}
+	s := newStack(t, retracetest.Always(limited), 2)
 	rt := retracegenkit.New(retracegenkit.Config{Options: s.opts})
 	_, err := s.generate(context.Background(), []ai.Middleware{rt})
 	require.Error(t, err)

@@ -29,7 +29,7 @@ func anthropicOverloaded() scenario {
 		name:     "anthropic-overloaded",
 		about:    "Anthropic answers 529 overloaded_error twice, then an answer: transient, the session retries after 2 s and 4 s, 3 requests",
 		provider: providerAnthropic,
-		script:   retracetest.Sequence(retracetest.AnthropicOverloaded(), retracetest.AnthropicOverloaded(), retracetest.OK()),
+		script:   retracetest.Sequence(retracetest.ServerError(529), retracetest.ServerError(529), retracetest.OK()),
 		want:     expectation{requests: 3, outcome: "success"},
 	}
 }
@@ -41,7 +41,7 @@ func anthropicBilling() scenario {
 		name:     "anthropic-billing",
 		about:    "Anthropic answers 402 billing_error: fatal, nothing in this task can succeed, one request",
 		provider: providerAnthropic,
-		script:   retracetest.Always(retracetest.BillingError()),
+		script:   retracetest.Always(retracetest.InsufficientQuota()),
 		want:     expectation{requests: 1, outcome: "failed_fatal", diag: "failed fatally, nothing in this task can succeed: 402 billing_error"},
 	}
 }
