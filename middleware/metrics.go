@@ -31,7 +31,7 @@ type instruments struct {
 	byOutcome   map[policies.Outcome][]metric.AddOption
 	layerAdd    []metric.AddOption
 	layerRecord []metric.RecordOption
-	genai       *genAIInstruments // nil unless the layer has WithGenAIMetrics
+	genai       *genAIInstruments // nil unless the layer's Spec has GenAIMetrics
 }
 
 var allOutcomes = []policies.Outcome{
@@ -40,7 +40,9 @@ var allOutcomes = []policies.Outcome{
 	policies.OutcomeFailedUserAction, policies.OutcomeFailedExhausted, policies.OutcomeRejected, policies.OutcomeCanceled, policies.OutcomeStepLimit,
 }
 
-func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instruments {
+// newInstruments are the metrics of layer on mp, the GenAI client ones
+// too when genai.
+func newInstruments(mp metric.MeterProvider, layer string, cfg config, genai bool) *instruments {
 	m := mp.Meter(scope, meterScopeOpts...)
 	set := attribute.NewSet(telemetry.Layer.String(layer))
 	in := &instruments{
@@ -66,7 +68,7 @@ func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instrume
 	for _, o := range allOutcomes {
 		in.byOutcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(telemetry.Layer.String(layer), telemetry.Outcome.String(string(o))))}
 	}
-	if cfg.genai {
+	if genai {
 		in.genai = newGenAIInstruments(m, cfg.attrs)
 	}
 	return in
