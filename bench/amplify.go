@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -66,12 +67,16 @@ func Amplification() []AmpRow {
 			}
 			modelOpts = append(modelOpts, middleware.WithInnerAttempts(s.sdkRetry))
 		}
-		h := middleware.Layer[string, string]("model", modelOpts...)(model)
-		h = middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.SessionRetry))}, opts...)...)(h)
+		h := middleware.Layer[string, string]("model", middleware.Spec[string]{}, modelOpts...)(model)
+		h = middleware.Layer[string, string]("session", middleware.Spec[string]{
+			Policies: []failsafe.Policy[string]{policies.NewRetry[string](policies.SessionRetry)},
+		}, opts...)(h)
 		if s.runtime > 0 {
 			cfg := policies.RuntimeRetry
 			cfg.MaxAttempts = s.runtime
-			h = middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](cfg))}, opts...)...)(h)
+			h = middleware.Layer[string, string]("runtime", middleware.Spec[string]{
+				Policies: []failsafe.Policy[string]{policies.NewRetry[string](cfg)},
+			}, opts...)(h)
 		}
 		ctx := context.Background()
 		if s.budget > 0 {

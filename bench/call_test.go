@@ -99,7 +99,7 @@ func retracePolicies() []failsafe.Policy[string] {
 
 func retrace(opts ...middleware.Option) func(b *testing.B, fail error) func(ctx context.Context) error {
 	return func(b *testing.B, fail error) func(ctx context.Context) error {
-		h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retracePolicies()...)}, opts...)...)(handler(fail))
+		h := middleware.Layer[string, string]("tool", middleware.Spec[string]{Policies: retracePolicies()}, opts...)(handler(fail))
 		return func(ctx context.Context) error {
 			_, err := h(ctx, "q")
 			return err

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/retrace-go/retrace/clock"
@@ -48,7 +49,9 @@ func (o FleetOutcomes) Total() int {
 func (w FleetWorker) Run(ctx context.Context) FleetOutcomes {
 	retry := policies.ToolRetry
 	retry.Clock = w.Clock
-	layer := middleware.Layer[struct{}, struct{}]("model", append([]middleware.Option{middleware.WithPolicies[struct{}](policies.NewRetry[struct{}](retry), policies.NewCircuitBreaker[struct{}](w.breaker()))}, append([]middleware.Option{middleware.WithClock(w.Clock)}, w.Options...)...)...)
+	layer := middleware.Layer[struct{}, struct{}]("model", middleware.Spec[struct{}]{
+		Policies: []failsafe.Policy[struct{}]{policies.NewRetry[struct{}](retry), policies.NewCircuitBreaker[struct{}](w.breaker())},
+	}, append([]middleware.Option{middleware.WithClock(w.Clock)}, w.Options...)...)
 	h := layer(func(ctx context.Context, _ struct{}) (struct{}, error) { return struct{}{}, w.Call(ctx) })
 	out := FleetOutcomes{}
 	for i := range w.Calls {

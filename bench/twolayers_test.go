@@ -185,8 +185,8 @@ func errorType(err error) string {
 func retraceTwoLayers(tp trace.TracerProvider, h stringHandler) stringHandler {
 	opts := []middleware.Option{middleware.WithTracerProvider(tp)}
 	return middleware.Chain(
-		middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: runtimeAttempts, RetryUnknown: true}))}, opts...)...),
-		middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts}))}, opts...)...),
+		middleware.Layer[string, string]("runtime", middleware.Spec[string]{Policies: []failsafe.Policy[string]{policies.NewRetry[string](policies.RetryConfig{MaxAttempts: runtimeAttempts, RetryUnknown: true})}}, opts...),
+		middleware.Layer[string, string]("session", middleware.Spec[string]{Policies: []failsafe.Policy[string]{policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts})}}, opts...),
 	)(h)
 }
 

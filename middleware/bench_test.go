@@ -41,7 +41,7 @@ func BenchmarkChain(b *testing.B) {
 		}
 	})
 	retrace := func(b *testing.B, opts ...middleware.Option) {
-		h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}), policies.NewCircuitBreaker[string](policies.BreakerConfig{}), policies.NewBulkhead[string](64, 0))}, opts...)...)(handler)
+		h := middleware.Layer[string, string]("tool", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}), policies.NewCircuitBreaker[string](policies.BreakerConfig{}), policies.NewBulkhead[string](64, 0)), opts...)(handler)
 		b.ReportAllocs()
 		for b.Loop() {
 			_, _ = h(ctx, "q")

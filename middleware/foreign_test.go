@@ -21,12 +21,12 @@ func TestWithinRetryNamesAnEnclosingLoop(t *testing.T) {
 	rec, tp := recorder(t)
 	opts := []middleware.Option{tp}
 	calls := 0
-	inner := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4}))}, opts...)...)(
+	inner := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})), opts...)(
 		func(context.Context, string) (string, error) {
 			calls++
 			return "", &policies.Error{Class: policies.Transient, Type: "503", Err: errors.New("down")}
 		})
-	outer := middleware.Layer[string, string]("agent", opts...)(func(ctx context.Context, req string) (string, error) {
+	outer := middleware.Layer[string, string]("agent", middleware.Spec[string]{}, opts...)(func(ctx context.Context, req string) (string, error) {
 		// The framework's loop: 3 attempts, each calling the layer.
 		ctx = middleware.WithinRetry(ctx, "eino.ModelRetry", 3)
 		var err error
@@ -55,9 +55,9 @@ func TestWithinRetryNamesAnEnclosingLoop(t *testing.T) {
 func TestWithinRetryWorstCaseBeforeTheAttempts(t *testing.T) {
 	rec, tp := recorder(t)
 	opts := []middleware.Option{tp}
-	inner := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4}))}, opts...)...)(
+	inner := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})), opts...)(
 		func(context.Context, string) (string, error) { return "ok", nil })
-	outer := middleware.Layer[string, string]("agent", append(opts, middleware.WithSteps(2))...)(
+	outer := middleware.Layer[string, string]("agent", middleware.Spec[string]{}, append(opts, middleware.WithSteps(2))...)(
 		func(ctx context.Context, req string) (string, error) {
 			for range 2 {
 				middleware.NextStep(ctx)
@@ -80,7 +80,7 @@ func TestWithinRetryOutsideALayer(t *testing.T) {
 	ctx := context.Background()
 	assert.Equal(t, ctx, middleware.WithinRetry(ctx, "eino.ModelRetry", 3))
 	rec, tp := recorder(t)
-	h := middleware.Layer[string, string]("session", []middleware.Option{tp}...)(
+	h := middleware.Layer[string, string]("session", middleware.Spec[string]{}, tp)(
 		func(ctx context.Context, _ string) (string, error) {
 			assert.Equal(t, ctx, middleware.WithinRetry(ctx, "x", 1), "fewer than 2 attempts is no loop")
 			return "ok", nil

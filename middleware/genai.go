@@ -17,25 +17,26 @@ import (
 )
 
 // genAI is what makes a layer a GenAI model call, whatever its role: the
-// attributes its span learns from the result as it ends (WithEndAttributes:
-// the usage, response model and finish reasons of the attempt that ended
-// it) and the gen_ai.client.* metrics it records (WithGenAIMetrics).
+// attributes its span learns from the result as it ends
+// (Spec.EndAttributes: the usage, response model and finish reasons of the
+// attempt that ended it) and the token usage its gen_ai.client.* metrics
+// read (Spec.GenAIMetrics).
 type genAI[Resp any] struct {
-	end   func(Resp, error) []attribute.KeyValue // nil: none
-	usage func(Resp) (input, output int)         // nil: no token usage
+	end   func(Resp, error) []attribute.KeyValue  // nil: none
+	usage func(Resp) (input, output int, ok bool) // nil: no GenAI metrics
 }
 
-// newGenAI is the layer's GenAI part, nil when it is no GenAI call. A
-// function of another response type than the layer's is not called.
-func newGenAI[Resp any](cfg config) *genAI[Resp] {
-	end, _ := cfg.endAttrs.(func(Resp, error) []attribute.KeyValue)
-	if end == nil && !cfg.genai {
+// newGenAI is the GenAI part of a layer of spec, nil when it is no GenAI
+// call.
+func newGenAI[Resp any](spec Spec[Resp]) *genAI[Resp] {
+	if spec.EndAttributes == nil && spec.GenAIMetrics == nil {
 		return nil
 	}
-	g := &genAI[Resp]{end: end}
-	g.usage, _ = cfg.usage.(func(Resp) (int, int))
-	return g
+	return &genAI[Resp]{end: spec.EndAttributes, usage: spec.GenAIMetrics}
 }
+
+// metrics reports whether the layer records the GenAI client metrics.
+func (g *genAI[Resp]) metrics() bool { return g != nil && g.usage != nil }
 
 // endAttributes sets the attributes read off the call's result on span.
 // The answer's words (its model, its ID) may echo a credential: a value
@@ -73,8 +74,10 @@ func (g *genAI[Resp]) endAttributes(span trace.Span, known []string, resp Resp, 
 // the tokens of a successful answer.
 func (g *genAI[Resp]) record(ctx context.Context, in *genAIInstruments, d time.Duration, resp Resp, err error, cls policies.Classification) {
 	var input, output int
-	if err == nil && g.usage != nil {
-		input, output = g.usage(resp)
+	if err == nil {
+		if i, o, ok := g.usage(resp); ok {
+			input, output = i, o
+		}
 	}
 	in.record(ctx, d, cls.Type, err != nil, input, output)
 }

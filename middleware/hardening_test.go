@@ -43,13 +43,13 @@ func TestNoPanicEscapesALayer(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			leaf, _ := counting(tc.err)
-			h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}), bh)}, tc.opts...)...)(leaf)
+			h := middleware.Layer[string, string]("tool", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}), bh), tc.opts...)(leaf)
 			var err error
 			require.NotPanics(t, func() { _, err = h(context.Background(), "x") })
 			require.Error(t, err)
 			require.NotPanics(t, func() { _ = err.Error() })
 			// The bulkhead's one slot was released: another call gets it.
-			ok := middleware.Layer[string, string]("tool", middleware.WithPolicies[string](bh))(func(context.Context, string) (string, error) { return "ok", nil })
+			ok := middleware.Layer[string, string]("tool", spec(bh))(func(context.Context, string) (string, error) { return "ok", nil })
 			out, err := ok(context.Background(), "y")
 			require.NoError(t, err, "the slot leaked")
 			assert.Equal(t, "ok", out)
@@ -58,7 +58,7 @@ func TestNoPanicEscapesALayer(t *testing.T) {
 
 	t.Run("OnStateChange", func(t *testing.T) {
 		leaf, calls := counting(errOverloaded, nil)
-		h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](cb)}, []middleware.Option{middleware.WithClock(clk)}...)...)(leaf)
+		h := middleware.Layer[string, string]("tool", spec(cb), middleware.WithClock(clk))(leaf)
 		require.NotPanics(t, func() { _, _ = h(context.Background(), "x") })
 		assert.True(t, cb.IsOpen(), "opened despite the callback's panic")
 		clk.Advance(time.Second)
@@ -75,7 +75,7 @@ func TestNoPanicEscapesALayer(t *testing.T) {
 // errors.Is sees context.Canceled, whatever the attempt returned.
 func TestCancelRightAfterAFailure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	h := middleware.Layer[string, string]("session", middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})))(
+	h := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})))(
 		func(context.Context, string) (string, error) {
 			cancel() // the caller gives up while the attempt is failing
 			return "", errOverloaded

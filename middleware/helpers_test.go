@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -18,6 +19,11 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var epoch = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// spec is the Spec of a layer of strings with only the policies ps.
+func spec(ps ...failsafe.Policy[string]) middleware.Spec[string] {
+	return middleware.Spec[string]{Policies: ps}
+}
 
 // recorder returns a tracer provider that records every span, and the
 // recorder, shut down with the test.

@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -27,20 +26,49 @@ var (
 	meterScopeOpts = []metric.MeterOption{metric.WithInstrumentationVersion(instrument.Version), metric.WithSchemaURL(instrument.SchemaURL)}
 )
 
+// Spec is what a layer knows of its responses: the policies it runs its
+// handler through and how it reads a call's result. Its type parameter is
+// the layer's response type, so that a policy or a reader of any other type
+// fails to compile where the layer is built rather than at its first call.
+// The zero Spec is a layer with no policies that only traces its calls.
+type Spec[Resp any] struct {
+	// Policies are the failsafe-go policies the handler runs through,
+	// outermost first as failsafe.With lists them (a retry, a circuit
+	// breaker, a bulkhead, a timeout, or any other); nil ones are skipped.
+	Policies []failsafe.Policy[Resp]
+	// EndAttributes, when set, gives the attributes each layer span gets as
+	// it ends, read off the call's result: for a model call that covers its
+	// retries, the usage, response model and finish reasons of the attempt
+	// that ended it. It gets the zero response on failure, with the error.
+	// A value that is, or holds, a secret of the call is written
+	// [REDACTED], since an answer may echo a credential.
+	EndAttributes func(resp Resp, err error) []attribute.KeyValue
+	// GenAIMetrics, when set, makes the layer a GenAI model call for
+	// metrics: each call records gen_ai.client.operation.duration
+	// (seconds, wall time as a span's, with error.type when it failed) and,
+	// when it succeeded, gen_ai.client.token.usage for the input and output
+	// tokens it reads off the response. ok false says the response tells
+	// nothing of its usage; a count of 0 is not recorded either, so that a
+	// provider that reports no usage does not fill the histogram with
+	// zeros. Both metrics carry the layer's gen_ai.operation.name,
+	// gen_ai.provider.name, gen_ai.request.model and server.address
+	// attributes ([WithAttributes]).
+	GenAIMetrics func(resp Resp) (input, output int, ok bool)
+}
+
 // Policies is [Layer] with only its policies, on the global tracer and
 // meter providers as they are at call time.
 func Policies[Req, Resp any](layer string, ps ...failsafe.Policy[Resp]) Middleware[Req, Resp] {
-	return Layer[Req, Resp](layer, WithPolicies[Resp](ps...))
+	return Layer[Req, Resp](layer, Spec[Resp]{Policies: ps})
 }
 
 // Layer is the layer name: it runs the handler through the failsafe-go
-// policies given with [WithPolicies], listed outermost first as in
-// failsafe.With, with every other setting an option, and traces it:
+// policies of spec, listed outermost first as in failsafe.With, reads its
+// results as spec says, with every other setting an option, and traces it:
 //
-//	call := middleware.Layer[Prompt, Reply]("session",
-//		middleware.WithTracerProvider(tp),
-//		middleware.WithPolicies[Reply](policies.NewRetry[Reply](policies.SessionRetry)),
-//	)(handler)
+//	call := middleware.Layer[Prompt, Reply]("session", middleware.Spec[Reply]{
+//		Policies: []failsafe.Policy[Reply]{policies.NewRetry[Reply](policies.SessionRetry)},
+//	}, middleware.WithTracerProvider(tp))(handler)
 //
 // It is the one constructor of a layer:
 //
@@ -79,24 +107,9 @@ func Policies[Req, Resp any](layer string, ps ...failsafe.Policy[Resp]) Middlewa
 // in the handler is recovered into a *policies.Error (class Programming,
 // type panic, never retried) so that no permit leaks; it is the one place retrace
 // recovers a handler's panics.
-func Layer[Req, Resp any](name string, opts ...Option) Middleware[Req, Resp] {
+func Layer[Req, Resp any](name string, spec Spec[Resp], opts ...Option) Middleware[Req, Resp] {
 	cfg := newConfig(opts)
-	var ps []failsafe.Policy[Resp]
-	for _, given := range cfg.policies {
-		p, ok := given.([]failsafe.Policy[Resp])
-		if !ok {
-			err := &policies.Error{Class: policies.Programming, Type: "layer_config",
-				Err: fmt.Errorf("middleware.Layer %q: WithPolicies was given %T, the layer's responses are %T", name, given, []failsafe.Policy[Resp]{})}
-			return func(Handler[Req, Resp]) Handler[Req, Resp] {
-				return func(context.Context, Req) (Resp, error) {
-					var zero Resp
-					return zero, err
-				}
-			}
-		}
-		ps = append(ps, p...)
-	}
-	return newLayer[Req, Resp](name, cfg, ps, newNamed[Req, Resp](name, cfg)).middleware()
+	return newLayer[Req, Resp](name, cfg, spec, newNamed[Req, Resp](name, cfg)).middleware()
 }
 
 // layer is what a layer's constructor builds once and every call shares:
@@ -130,9 +143,11 @@ type tracerFor struct {
 	tracer trace.Tracer
 }
 
-func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp], r role[Req, Resp]) *layer[Req, Resp] {
+// newLayer builds the layer name of role r: spec's policies as recognised,
+// its readers of the result, and the instruments.
+func newLayer[Req, Resp any](name string, cfg config, spec Spec[Resp], r role[Req, Resp]) *layer[Req, Resp] {
 	l := &layer[Req, Resp]{name: name, cfg: cfg, role: r, retryAt: -1, maxAttempts: 1}
-	for _, p := range ps {
+	for _, p := range spec.Policies {
 		if p != nil {
 			l.ps = append(l.ps, recognize(p))
 		}
@@ -165,13 +180,13 @@ func newLayer[Req, Resp any](name string, cfg config, ps []failsafe.Policy[Resp]
 		l.frameAttempts *= cfg.steps
 	}
 	l.makeOK()
+	l.genai = newGenAI(spec)
 	mp := cfg.mp
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	l.meter = newInstruments(mp, name, cfg)
+	l.meter = newInstruments(mp, name, cfg, l.genai.metrics())
 	l.state = newStateMeter(mp, name)
-	l.genai = newGenAI[Resp](cfg)
 	return l
 }
 
@@ -233,7 +248,7 @@ func (l *layer[Req, Resp]) metersOf(mp metric.MeterProvider) *instruments {
 	if in := l.inherited.Load(); in != nil && in.mp == mp {
 		return in
 	}
-	in := newInstruments(mp, l.name, l.cfg)
+	in := newInstruments(mp, l.name, l.cfg, l.genai.metrics())
 	l.inherited.Store(in)
 	return in
 }

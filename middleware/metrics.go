@@ -30,12 +30,14 @@ type instruments struct {
 	byOutcome   map[string][]metric.AddOption
 	layerAdd    []metric.AddOption
 	layerRecord []metric.RecordOption
-	genai       *genAIInstruments // nil unless the layer has WithGenAIMetrics
+	genai       *genAIInstruments // nil unless the layer's Spec has GenAIMetrics
 }
 
 var allOutcomes = []string{telemetry.OutcomeSuccess, telemetry.OutcomeSuccessAfterRetry, telemetry.OutcomeFailedPermanent, telemetry.OutcomeFailedFatal, telemetry.OutcomeFailedUnknown, telemetry.OutcomeFailedTransient, telemetry.OutcomeFailedUserAction, telemetry.OutcomeFailedExhausted, telemetry.OutcomeRejected, telemetry.OutcomeCanceled, telemetry.OutcomeStepLimit}
 
-func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instruments {
+// newInstruments are the metrics of layer on mp, the GenAI client ones
+// too when genai.
+func newInstruments(mp metric.MeterProvider, layer string, cfg config, genai bool) *instruments {
 	m := mp.Meter(scope, meterScopeOpts...)
 	set := attribute.NewSet(telemetry.Layer.String(layer))
 	in := &instruments{
@@ -61,7 +63,7 @@ func newInstruments(mp metric.MeterProvider, layer string, cfg config) *instrume
 	for _, o := range allOutcomes {
 		in.byOutcome[o] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(telemetry.Layer.String(layer), telemetry.Outcome.String(string(o))))}
 	}
-	if cfg.genai {
+	if genai {
 		in.genai = newGenAIInstruments(m, cfg.attrs)
 	}
 	return in

@@ -83,7 +83,7 @@ func histograms[N int64 | float64](t *testing.T, m metricdata.Metrics) map[strin
 func TestMetricsCallsAttemptsAndDelays(t *testing.T) {
 	mo, collect := meter(t)
 	leaf, _ := counting(errOverloaded, nil, errOverloaded)
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(2, time.Second, clock.NewVirtual(epoch)))}, []middleware.Option{mo}...)...)(leaf)
+	h := middleware.Layer[string, string]("tool", spec(retry(2, time.Second, clock.NewVirtual(epoch))), mo)(leaf)
 	_, err := h(context.Background(), "a") // fails, then succeeds after 1 s
 	require.NoError(t, err)
 	_, err = h(context.Background(), "b") // fails twice, 1 s between
@@ -105,7 +105,7 @@ func TestMetricsCallsAttemptsAndDelays(t *testing.T) {
 func TestMetricsNonRetryingLayerHasNoAttempts(t *testing.T) {
 	mo, collect := meter(t)
 	leaf, _ := counting(nil)
-	h := middleware.Layer[string, string]("model", []middleware.Option{mo}...)(leaf)
+	h := middleware.Layer[string, string]("model", middleware.Spec[string]{}, mo)(leaf)
 	_, err := h(context.Background(), "a")
 	require.NoError(t, err)
 	got := collect()
@@ -128,8 +128,8 @@ func TestMetricsCircuitStateAndTransitions(t *testing.T) {
 		}
 		return "found", nil
 	}
-	a := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](breaker)}, []middleware.Option{mo}...)...)(leaf)
-	b := middleware.Layer[string, string]("tool2", append([]middleware.Option{middleware.WithPolicies[string](breaker)}, []middleware.Option{mo}...)...)(leaf)
+	a := middleware.Layer[string, string]("tool", spec(breaker), mo)(leaf)
+	b := middleware.Layer[string, string]("tool2", spec(breaker), mo)(leaf)
 	ctx := context.Background()
 
 	state := func() map[string]int64 {
@@ -181,8 +181,8 @@ func TestMetricsBudgetRefusals(t *testing.T) {
 	mo, collect := meter(t)
 	clk := clock.NewVirtual(epoch)
 	leaf, _ := counting(errOverloaded)
-	own := middleware.Layer[string, string]("own", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clk))}, []middleware.Option{mo, middleware.WithClock(clk)}...)...)(leaf)
-	plain := middleware.Layer[string, string]("plain", append([]middleware.Option{middleware.WithPolicies[string](retrypolicy.NewBuilder[string]().WithMaxAttempts(3).Build())}, []middleware.Option{mo, middleware.WithClock(clk)}...)...)(leaf)
+	own := middleware.Layer[string, string]("own", spec(retry(3, time.Second, clk)), mo, middleware.WithClock(clk))(leaf)
+	plain := middleware.Layer[string, string]("plain", spec(retrypolicy.NewBuilder[string]().WithMaxAttempts(3).Build()), mo, middleware.WithClock(clk))(leaf)
 	ctx := policies.WithTaskBudget(context.Background(), 2)
 	_, _ = own(ctx, "a")   // draws both retries
 	_, _ = own(ctx, "b")   // refused at its first retry
@@ -192,32 +192,41 @@ func TestMetricsBudgetRefusals(t *testing.T) {
 }
 
 // A GenAI layer records the conventions' duration and token usage, with
-// error.type on failure and no tokens then.
+// error.type on failure and no tokens then; an answer that says nothing of
+// its usage (ok false) records its duration and no tokens, whatever counts
+// its reader returned beside.
 func TestMetricsGenAI(t *testing.T) {
 	mo, collect := meter(t)
-	type reply struct{ in, out int }
+	type reply struct {
+		in, out  int
+		reported bool
+	}
+	next := reply{in: 120, out: 30, reported: true}
 	fail := false
-	h := middleware.Layer[string, reply]("model", []middleware.Option{mo,
-		middleware.WithAttributes(semconv.GenAIOperation.String("chat"), semconv.GenAIProvider.String("openai"), semconv.GenAIRequestModel.
-			String("gpt-4o-mini"), semconv.GenAIToolName.String("not a metric attribute")),
-		middleware.WithGenAIMetrics(func(r reply) (int, int) { return r.in, r.out }),
-	}...)(func(context.Context, string) (reply, error) {
+	h := middleware.Layer[string, reply]("model", middleware.Spec[reply]{
+		GenAIMetrics: func(r reply) (int, int, bool) { return r.in, r.out, r.reported },
+	}, mo, middleware.WithAttributes(semconv.GenAIOperation.String("chat"), semconv.GenAIProvider.String("openai"), semconv.GenAIRequestModel.
+		String("gpt-4o-mini"), semconv.GenAIToolName.String("not a metric attribute")),
+	)(func(context.Context, string) (reply, error) {
 		if fail {
 			return reply{}, errOverloaded
 		}
-		return reply{in: 120, out: 30}, nil
+		return next, nil
 	})
 	_, err := h(context.Background(), "a")
 	require.NoError(t, err)
-	fail = true
+	next = reply{in: 999, out: 999}
 	_, err = h(context.Background(), "b")
+	require.NoError(t, err)
+	fail = true
+	_, err = h(context.Background(), "c")
 	require.Error(t, err)
 
 	got := collect()
 	base := "gen_ai.operation.name=chat,gen_ai.provider.name=openai,gen_ai.request.model=gpt-4o-mini"
 	d := histograms[float64](t, got[telemetry.MetricOperationDuration])
 	assert.Len(t, d, 2)
-	assert.Equal(t, uint64(1), d[base].Count)
+	assert.Equal(t, uint64(2), d[base].Count)
 	assert.Equal(t, uint64(1), d["error.type=overloaded_error,"+base].Count)
 	assert.Equal(t, instrument.DurationBuckets(), got[telemetry.MetricOperationDuration].Data.(metricdata.Histogram[float64]).DataPoints[0].Bounds)
 	tokens := histograms[int64](t, got[telemetry.MetricTokenUsage])
@@ -234,8 +243,9 @@ func TestMetricsGenAI(t *testing.T) {
 func TestGenAIErrorTypeBounded(t *testing.T) {
 	mp, collect := meter(t)
 	n := 0
-	call := middleware.Layer[string, string]("session", []middleware.Option{mp,
-		middleware.WithGenAIMetrics[string](nil)}...)(func(context.Context, string) (string, error) {
+	call := middleware.Layer[string, string]("session", middleware.Spec[string]{
+		GenAIMetrics: func(string) (int, int, bool) { return 0, 0, false },
+	}, mp)(func(context.Context, string) (string, error) {
 		n++
 		switch n {
 		case 1:

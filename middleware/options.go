@@ -13,7 +13,9 @@ import (
 	"github.com/retrace-go/retrace/policies"
 )
 
-// Option configures a [Layer], [Transport] or [SDK]. A nil Option is a no-op.
+// Option configures a [Layer], [Transport] or [SDK]. A nil Option is a
+// no-op. What depends on a layer's response type is not an option but its
+// [Spec], so that the compiler checks it.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -35,14 +37,6 @@ type config struct {
 	steps        int    // the handler's steps (WithSteps)
 	httpPolicies []failsafe.Policy[*http.Response]
 	onAttempt    func(context.Context, AttemptEnd)
-	// The GenAI call (genai.go): the attributes read off the result
-	// (WithEndAttributes: a func(Resp, error) []attribute.KeyValue), the
-	// gen_ai.client.* metrics (WithGenAIMetrics) and the token usage they
-	// read (a func(Resp) (input, output int)).
-	endAttrs any
-	genai    bool
-	usage    any
-	policies []any // []failsafe.Policy[R] each, from WithPolicies, for Layer
 	// uncounted says why the layer's calls are leaves that retrace.calls
 	// does not count (WithUncounted), "" when they are counted.
 	uncounted string
@@ -124,35 +118,11 @@ func WithInnerRetries(name string, attempts int) Option {
 	return optionFunc(func(c *config) { c.inner, c.innerName = attempts, name })
 }
 
-// WithPolicies adds failsafe-go policies, outermost first as failsafe.With
-// lists them, to those a [Layer] runs its handler through. R is the layer's
-// response type (Go cannot infer it from a policy's concrete type, so write
-// it: WithPolicies[Reply](retry, breaker)); a Layer given policies of
-// another type fails every call with a Programming error that says so.
-func WithPolicies[R any](ps ...failsafe.Policy[R]) Option {
-	return optionFunc(func(c *config) { c.policies = append(c.policies, ps) })
-}
-
 // WithHTTPPolicies sets the failsafe-go policies that [Transport] and [SDK]
-// run each request through (a retry, a circuit breaker, …). Other layers
-// take their policies as arguments and ignore it.
+// run each request through (a retry, a circuit breaker, …), outermost
+// first. A [Layer] takes its policies in its [Spec] and ignores it.
 func WithHTTPPolicies(ps ...failsafe.Policy[*http.Response]) Option {
 	return optionFunc(func(c *config) { c.httpPolicies = append(c.httpPolicies, ps...) })
-}
-
-// WithEndAttributes sets, on each layer span as it ends, the attributes f
-// reads off the call's result: for a model call that covers its retries,
-// the usage, response model and finish reasons of the attempt that ended
-// it. f gets the zero value on failure, with the error. Resp must be the
-// layer's response type: an f of another is never called.
-func WithEndAttributes[Resp any](f func(resp Resp, err error) []attribute.KeyValue) Option {
-	return optionFunc(func(c *config) {
-		if f == nil {
-			c.endAttrs = nil
-			return
-		}
-		c.endAttrs = f
-	})
 }
 
 // WithSteps declares that the handler repeats work of its own up to n times
@@ -188,21 +158,4 @@ type AttemptEnd struct {
 // caller records of its attempts agrees with the spans.
 func WithOnAttempt(f func(ctx context.Context, a AttemptEnd)) Option {
 	return optionFunc(func(c *config) { c.onAttempt = f })
-}
-
-// WithGenAIMetrics makes the layer a GenAI model call for metrics: each call
-// records gen_ai.client.operation.duration (seconds, with error.type when it
-// failed) and, when it succeeded, gen_ai.client.token.usage for the input
-// and output tokens usage reads off the response (nil: no token usage). Both
-// carry the layer's gen_ai.operation.name, gen_ai.provider.name,
-// gen_ai.request.model and server.address attributes ([WithAttributes]).
-// The duration is wall time, as a span's is. Resp must be the layer's
-// response type, or no token usage is recorded.
-func WithGenAIMetrics[Resp any](usage func(Resp) (input, output int)) Option {
-	return optionFunc(func(c *config) {
-		c.genai = true
-		if usage != nil {
-			c.usage = usage
-		}
-	})
 }

@@ -50,8 +50,8 @@ func TestNestedLayersMultiply(t *testing.T) {
 	clk := clock.NewVirtual(epoch)
 	leaf, calls := counting(errOverloaded)
 	opts := []middleware.Option{tp}
-	session := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](retry(4, 2*time.Second, clk))}, opts...)...)
-	runtime := middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](retry(3, 1500*time.Millisecond, clk))}, opts...)...)
+	session := middleware.Layer[string, string]("session", spec(retry(4, 2*time.Second, clk)), opts...)
+	runtime := middleware.Layer[string, string]("runtime", spec(retry(3, 1500*time.Millisecond, clk)), opts...)
 	h := runtime(session(leaf))
 
 	_, err := h(context.Background(), "hello")
@@ -108,7 +108,7 @@ func TestPermanentErrorStopsAtOnce(t *testing.T) {
 	rec, tp := recorder(t)
 	clk := clock.NewVirtual(epoch)
 	leaf, calls := counting(&policies.Error{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided: sk-proj-abcdefghijklmnop"})
-	h := middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clk))}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("runtime", spec(retry(3, time.Second, clk)), tp)(leaf)
 
 	_, err := h(context.Background(), "x")
 
@@ -132,7 +132,7 @@ func TestPermanentErrorStopsAtOnce(t *testing.T) {
 func TestTransientThenSuccess(t *testing.T) {
 	rec, tp := recorder(t)
 	leaf, calls := counting(errOverloaded, nil)
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clock.NewVirtual(epoch)))}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("tool", spec(retry(3, time.Second, clock.NewVirtual(epoch))), tp)(leaf)
 
 	out, err := h(context.Background(), "x")
 
@@ -175,7 +175,7 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 		}
 		return "found", nil
 	}
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](breaker)}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("tool", spec(breaker), tp)(leaf)
 	ctx := context.Background()
 
 	for range 5 {
@@ -225,7 +225,7 @@ func TestBreakerOpensAndProbes(t *testing.T) {
 func TestPolicySpansAlways(t *testing.T) {
 	rec, tp := recorder(t)
 	leaf, _ := counting(errOverloaded, nil)
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clock.NewVirtual(epoch)), policies.NewCircuitBreaker[string](policies.BreakerConfig{}), policies.NewBulkhead[string](4, 0), policies.NewTimeout[string](time.Minute, nil))}, []middleware.Option{tp, middleware.WithPolicySpans(true)}...)...)(leaf)
+	h := middleware.Layer[string, string]("tool", spec(retry(3, time.Second, clock.NewVirtual(epoch)), policies.NewCircuitBreaker[string](policies.BreakerConfig{}), policies.NewBulkhead[string](4, 0), policies.NewTimeout[string](time.Minute, nil)), tp, middleware.WithPolicySpans(true))(leaf)
 	_, err := h(context.Background(), "q")
 	require.NoError(t, err)
 	breakers := policySpans(rec, telemetry.PolicyCircuitBreaker)
@@ -250,7 +250,7 @@ func TestTaskBudgetSharedByTools(t *testing.T) {
 	tools := map[string]middleware.Handler[string, string]{}
 	names := []string{"search_docs", "fetch_url", "run_sql"}
 	for _, name := range names {
-		tools[name] = middleware.Layer[string, string](name, append([]middleware.Option{middleware.WithPolicies[string](retry(3, 800*time.Millisecond, clk))}, []middleware.Option{tp}...)...)(
+		tools[name] = middleware.Layer[string, string](name, spec(retry(3, 800*time.Millisecond, clk)), tp)(
 			func(context.Context, string) (string, error) {
 				calls.Add(1)
 				return "", errOverloaded
@@ -310,7 +310,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 	rec, tp := recorder(t)
 	clk := clock.NewFake(epoch)
 	leaf, calls := counting(errOverloaded)
-	h := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](retry(4, 8*time.Second, clk))}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("session", spec(retry(4, 8*time.Second, clk)), tp)(leaf)
 	ctx, cancel := context.WithCancel(context.Background())
 
 	done := make(chan error, 1)
@@ -336,7 +336,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 func TestCancelDuringBackoffWallClock(t *testing.T) {
 	leaf, calls := counting(errOverloaded)
 	var slept atomic.Bool
-	h := middleware.Layer[string, string]("session", middleware.WithPolicies[string](retry(4, 8*time.Second, nil)))(
+	h := middleware.Layer[string, string]("session", spec(retry(4, 8*time.Second, nil)))(
 		func(ctx context.Context, req string) (string, error) {
 			defer slept.Store(true)
 			return leaf(ctx, req)
@@ -363,7 +363,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 	rec, tp := recorder(t)
 	clk := clock.NewVirtual(epoch)
 	leaf, _ := counting(&policies.Error{StatusCode: 429, Code: "rate_limit_exceeded", RetryAfter: 3 * time.Second}, nil)
-	h := middleware.Layer[string, string]("model", append([]middleware.Option{middleware.WithPolicies[string](retry(3, 500*time.Millisecond, clk))}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("model", spec(retry(3, 500*time.Millisecond, clk)), tp)(leaf)
 
 	_, err := h(context.Background(), "x")
 
@@ -379,7 +379,7 @@ func TestDeadlineStopsRetry(t *testing.T) {
 	rec, tp := recorder(t)
 	clk := clock.NewVirtual(time.Now())
 	leaf, calls := counting(errOverloaded)
-	h := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](retry(4, 2*time.Second, clk))}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("session", spec(retry(4, 2*time.Second, clk)), tp)(leaf)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
@@ -397,7 +397,7 @@ func TestPanicBecomesProgrammingError(t *testing.T) {
 	rec, tp := recorder(t)
 	bh := policies.NewBulkhead[string](1, 0)
 	var calls int
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clock.NewVirtual(epoch)), bh)}, []middleware.Option{tp}...)...)(
+	h := middleware.Layer[string, string]("tool", spec(retry(3, time.Second, clock.NewVirtual(epoch)), bh), tp)(
 		func(context.Context, string) (string, error) {
 			calls++
 			panic("nil map write")
@@ -418,7 +418,7 @@ func TestBulkheadRejectsWhenFull(t *testing.T) {
 	rec, tp := recorder(t)
 	bh := policies.NewBulkhead[string](1, 0)
 	entered, release := make(chan struct{}), make(chan struct{})
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clock.NewVirtual(epoch)), bh)}, []middleware.Option{tp}...)...)(
+	h := middleware.Layer[string, string]("tool", spec(retry(3, time.Second, clock.NewVirtual(epoch)), bh), tp)(
 		func(ctx context.Context, req string) (string, error) {
 			if req == "slow" {
 				close(entered)
@@ -450,7 +450,7 @@ func TestAttemptTimeoutIsTransient(t *testing.T) {
 	rec, tp := recorder(t)
 	clk := clock.NewFake(epoch)
 	var calls atomic.Int64
-	h := middleware.Layer[string, string]("model", append([]middleware.Option{middleware.WithPolicies[string](retry(2, 0, nil), policies.NewTimeout[string](30*time.Second, nil))}, []middleware.Option{tp, middleware.WithClock(clk)}...)...)(
+	h := middleware.Layer[string, string]("model", spec(retry(2, 0, nil), policies.NewTimeout[string](30*time.Second, nil)), tp, middleware.WithClock(clk))(
 		func(ctx context.Context, _ string) (string, error) {
 			if calls.Add(1) == 1 {
 				<-ctx.Done() // a provider that never answers
@@ -482,7 +482,7 @@ func TestPlainFailsafePolicies(t *testing.T) {
 	leaf, calls := counting(errors.New("connection refused"), errors.New("connection refused"), nil)
 	rp := retrypolicy.NewBuilder[string]().WithMaxAttempts(3).Build()
 	cb := circuitbreaker.NewBuilder[string]().WithFailureThreshold(10).Build()
-	h := middleware.Layer[string, string]("legacy", append([]middleware.Option{middleware.WithPolicies[string](rp, cb)}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("legacy", spec(rp, cb), tp)(leaf)
 
 	out, err := h(context.Background(), "x")
 
@@ -502,7 +502,7 @@ func TestPlainFailsafeRetryExhausted(t *testing.T) {
 	rec, tp := recorder(t)
 	leaf, _ := counting(errOverloaded)
 	rp := retrypolicy.NewBuilder[string]().WithMaxAttempts(2).Build()
-	_, err := middleware.Layer[string, string]("legacy", append([]middleware.Option{middleware.WithPolicies[string](rp)}, []middleware.Option{tp}...)...)(leaf)(context.Background(), "x")
+	_, err := middleware.Layer[string, string]("legacy", spec(rp), tp)(leaf)(context.Background(), "x")
 	require.ErrorIs(t, err, retrypolicy.ErrExceeded)
 	l := layerSpans(rec, "legacy")[0]
 	assert.Equal(t, "failed_exhausted", str(l, telemetry.Outcome))
@@ -517,7 +517,7 @@ func TestFailsafeBudget(t *testing.T) {
 	require.True(t, b.(interface{ TryAcquirePermit() bool }).TryAcquirePermit())
 	leaf, calls := counting(errOverloaded)
 	p := policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3, Budget: b, Clock: clock.NewVirtual(epoch)})
-	_, err := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](p)}, []middleware.Option{tp}...)...)(leaf)(context.Background(), "x")
+	_, err := middleware.Layer[string, string]("tool", spec(p), tp)(leaf)(context.Background(), "x")
 	require.ErrorIs(t, err, budget.ErrExceeded)
 	assert.Equal(t, int64(1), calls.Load())
 	assert.Equal(t, "budget_exhausted", str(layerSpans(rec, "tool")[0], telemetry.Outcome))
@@ -537,7 +537,7 @@ func TestCanceledBeforeTheFirstAttempt(t *testing.T) {
 	leaf, calls := counting(nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clock.NewVirtual(epoch)))}, []middleware.Option{tp}...)...)(leaf)(ctx, "q")
+	_, err := middleware.Layer[string, string]("tool", spec(retry(3, time.Second, clock.NewVirtual(epoch))), tp)(leaf)(ctx, "q")
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, int64(0), calls.Load(), "a canceled call reaches nothing")
 	l := layerSpans(rec, "tool")[0]
@@ -550,10 +550,10 @@ func TestCanceledBeforeTheFirstAttempt(t *testing.T) {
 func TestNestedChainPerRoot(t *testing.T) {
 	rec, tp := recorder(t)
 	opts := []middleware.Option{tp}
-	session := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2, RetryUnknown: true}))}, opts...)...)(
+	session := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2, RetryUnknown: true})), opts...)(
 		func(context.Context, string) (string, error) { return "ok", nil })
 	outer := func(name string, attempts int) middleware.Handler[string, string] {
-		return middleware.Layer[string, string](name, append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: attempts}))}, opts...)...)(session)
+		return middleware.Layer[string, string](name, spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: attempts})), opts...)(session)
 	}
 	runtime, agent := outer("runtime", 3), outer("agent", 5)
 	want := map[string]string{"runtime": "runtime(3) × session(2)", "agent": "agent(5) × session(2)"}

@@ -40,7 +40,7 @@ func ownStream(t *testing.T, srv *retracetest.Server, maxRetries, sessionAttempt
 		option.WithMiddleware(middleware.SDK("openai-go", maxRetries, sdkOpts...)),
 	)
 	var text string
-	session := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts}))}, sessionOpts...)...)
+	session := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts})), sessionOpts...)
 	_, err := session(func(ctx context.Context, prompt string) (string, error) {
 		stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
 			Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
@@ -157,7 +157,7 @@ func TestSDKAnthropicStreamWithoutMessageStop(t *testing.T) {
 	rec, tp := recorder(t)
 	client := anthropic.NewClient(aoption.WithBaseURL(srv.AnthropicURL()), aoption.WithAPIKey("sk-ant-test-000000000000"),
 		aoption.WithMaxRetries(0), aoption.WithMiddleware(middleware.SDK("anthropic-sdk-go", 0)))
-	layer := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}))}, []middleware.Option{tp}...)...)
+	layer := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2})), tp)
 	_, err := layer(func(ctx context.Context, prompt string) (string, error) {
 		stream := client.Messages.NewStreaming(ctx, anthropic.MessageNewParams{
 			Model: "claude-test", MaxTokens: 64, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))},
@@ -231,7 +231,7 @@ func TestSDKCredentialsAreSecrets(t *testing.T) {
 			// Outermost first: the header is set before retrace's middleware sees the request.
 			opts = append(opts, option.WithMiddleware(middleware.SDK("openai-go", 0)))
 			client := openai.NewClient(opts...)
-			layer := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}))}, []middleware.Option{middleware.WithTracerProvider(tp)}...)...)
+			layer := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2})), middleware.WithTracerProvider(tp))
 			_, err := layer(func(ctx context.Context, prompt string) (string, error) {
 				_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 					Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
@@ -275,7 +275,7 @@ func TestFailureBeneathCarriedUp(t *testing.T) {
 			rec, tp := recorder(t)
 			client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
 				option.WithMaxRetries(0), option.WithMiddleware(middleware.SDK("openai-go", 0)))
-			layer := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}))}, []middleware.Option{tp}...)...)
+			layer := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3})), tp)
 			_, err := layer(func(ctx context.Context, prompt string) (string, error) {
 				stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
 					Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
@@ -304,7 +304,7 @@ func TestFailureBeneathCarriedUp(t *testing.T) {
 		_, tp := recorder(t)
 		client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
 			option.WithMaxRetries(0), option.WithMiddleware(middleware.SDK("openai-go", 0)))
-		layer := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}))}, []middleware.Option{tp}...)...)
+		layer := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3})), tp)
 		_, err := layer(func(ctx context.Context, prompt string) (string, error) {
 			_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 				Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
@@ -337,7 +337,7 @@ func TestDeclaredInnerLoopResendsNothingThatCannotSucceed(t *testing.T) {
 			rec, tp := recorder(t)
 			client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
 				option.WithMaxRetries(0), option.WithMiddleware(middleware.SDK("openai-go", 0)))
-			layer := middleware.Layer[string, string]("model", []middleware.Option{tp, middleware.WithInnerRetries("fw.Retry", 3)}...)
+			layer := middleware.Layer[string, string]("model", middleware.Spec[string]{}, tp, middleware.WithInnerRetries("fw.Retry", 3))
 			_, err := layer(func(ctx context.Context, prompt string) (string, error) {
 				var err error
 				for range 3 { // the framework's loop: it retries whatever fails

@@ -49,7 +49,7 @@ func sdkCall(t *testing.T, script retracetest.Script, maxRetries, sessionAttempt
 		option.WithMaxRetries(maxRetries),
 		option.WithMiddleware(middleware.SDK("openai-go", maxRetries, opts...)),
 	)
-	session := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts}))}, opts...)...)
+	session := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: sessionAttempts})), opts...)
 	_, err := session(func(ctx context.Context, prompt string) (string, error) {
 		c, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 			Model:    "gpt-test",
@@ -167,7 +167,7 @@ func TestSDKMiddlewareUnderDeclaredInnerAttempts(t *testing.T) {
 	client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
 		option.WithHTTPClient(&http.Client{Transport: transport}), option.WithMaxRetries(2),
 		option.WithMiddleware(middleware.SDK("openai-go", 2, middleware.WithTracerProvider(tp))))
-	model := middleware.Layer[string, string]("model", []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithInnerRetries("openai-go", 3)}...)
+	model := middleware.Layer[string, string]("model", middleware.Spec[string]{}, middleware.WithTracerProvider(tp), middleware.WithInnerRetries("openai-go", 3))
 	_, err := model(func(ctx context.Context, prompt string) (string, error) {
 		_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 			Model: "gpt-test", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}})

@@ -35,7 +35,7 @@ func TestBreakerOwnClassifierUnderMiddleware(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	cb := policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 2, Classifier: flakyIsTransient})
 	leaf, calls := counting(errFlaky)
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](cb)}, []middleware.Option{middleware.WithClock(clk)}...)...)(leaf)
+	h := middleware.Layer[string, string]("tool", spec(cb), middleware.WithClock(clk))(leaf)
 	for range 3 {
 		_, _ = h(context.Background(), "x")
 	}
@@ -45,7 +45,7 @@ func TestBreakerOwnClassifierUnderMiddleware(t *testing.T) {
 	// Without its own classifier, the layer's counts.
 	cb2 := policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 2})
 	leaf2, calls2 := counting(errFlaky)
-	h2 := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](cb2)}, []middleware.Option{middleware.WithClock(clk), middleware.WithClassifier(flakyIsTransient)}...)...)(leaf2)
+	h2 := middleware.Layer[string, string]("tool", spec(cb2), middleware.WithClock(clk), middleware.WithClassifier(flakyIsTransient))(leaf2)
 	for range 3 {
 		_, _ = h2(context.Background(), "x")
 	}
@@ -55,7 +55,7 @@ func TestBreakerOwnClassifierUnderMiddleware(t *testing.T) {
 	// And with neither, the error is Unknown, which a breaker ignores.
 	cb3 := policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 2})
 	leaf3, calls3 := counting(errFlaky)
-	h3 := middleware.Layer[string, string]("tool", middleware.WithPolicies[string](cb3))(leaf3)
+	h3 := middleware.Layer[string, string]("tool", spec(cb3))(leaf3)
 	for range 3 {
 		_, _ = h3(context.Background(), "x")
 	}
@@ -69,7 +69,7 @@ func TestOneClockReachesTheBreaker(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	cb := policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 1, Delay: time.Minute})
 	leaf, calls := counting(errOverloaded, nil)
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](cb)}, []middleware.Option{middleware.WithClock(clk)}...)...)(leaf)
+	h := middleware.Layer[string, string]("tool", spec(cb), middleware.WithClock(clk))(leaf)
 
 	_, err := h(context.Background(), "x")
 	require.Error(t, err)
@@ -92,7 +92,7 @@ func TestPlainRetryPolicyUnderTaskBudget(t *testing.T) {
 	rec, tp := recorder(t)
 	plain := retrypolicy.NewBuilder[string]().WithMaxAttempts(6).Build()
 	leaf, calls := counting(errOverloaded)
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](plain)}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("tool", spec(plain), tp)(leaf)
 
 	ctx := policies.WithTaskBudget(context.Background(), 1)
 	_, err := h(ctx, "x")
@@ -114,8 +114,8 @@ func TestOuterRetryStopsOnLongCoolDown(t *testing.T) {
 	clk := clock.NewFake(epoch)
 	opts := []middleware.Option{tp, middleware.WithClock(clk)}
 	leaf, calls := counting(errOverloaded)
-	inner := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 1}))}, opts...)...)
-	outer := middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3, RetryUnknown: true}))}, opts...)...)
+	inner := middleware.Layer[string, string]("tool", spec(policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 1})), opts...)
+	outer := middleware.Layer[string, string]("runtime", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3, RetryUnknown: true})), opts...)
 	h := middleware.Chain(outer, inner)(leaf)
 
 	_, err := h(context.Background(), "x")
@@ -135,8 +135,8 @@ func TestOuterRetryStopsOnLongCoolDown(t *testing.T) {
 	opts2 := []middleware.Option{middleware.WithClock(clk2)}
 	leaf2, calls2 := counting(errOverloaded, nil)
 	h2 := middleware.Chain(
-		middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}))}, opts2...)...),
-		middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 1, Delay: 10 * time.Second}))}, opts2...)...),
+		middleware.Layer[string, string]("runtime", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3})), opts2...),
+		middleware.Layer[string, string]("tool", spec(policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 1, Delay: 10 * time.Second})), opts2...),
 	)(leaf2)
 	out, err := h2(context.Background(), "x")
 	require.NoError(t, err)
@@ -149,7 +149,7 @@ func TestOuterRetryStopsOnLongCoolDown(t *testing.T) {
 func TestFailedAttemptSpansCarryTheReason(t *testing.T) {
 	rec, tp := recorder(t)
 	leaf, _ := counting(errOverloaded, &policies.Error{StatusCode: 401, Code: "invalid_api_key"})
-	h := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4}))}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})), tp)(leaf)
 	_, err := h(context.Background(), "x")
 	require.Error(t, err)
 	spans := attemptSpans(rec, "session")
@@ -165,7 +165,7 @@ func TestFailedAttemptSpansCarryTheReason(t *testing.T) {
 	// A layer that narrates no attempts has only its own span to say it on.
 	rec2, tp2 := recorder(t)
 	leaf2, _ := counting(&policies.Error{StatusCode: 401, Code: "invalid_api_key"})
-	_, err = middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 5}))}, []middleware.Option{tp2}...)...)(leaf2)(context.Background(), "x")
+	_, err = middleware.Layer[string, string]("tool", spec(policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 5})), tp2)(leaf2)(context.Background(), "x")
 	require.Error(t, err)
 	require.Empty(t, attemptSpans(rec2, "tool"))
 	assert.Equal(t, "http 401 invalid_api_key", str(layerSpans(rec2, "tool")[0], telemetry.ErrorReason))
@@ -178,7 +178,7 @@ func TestNoRetryLayerPassesErrorsThrough(t *testing.T) {
 	rec, tp := recorder(t)
 	weird := errors.New("weird")
 	leaf, _ := counting(weird)
-	h := middleware.Layer[string, string]("model", []middleware.Option{tp}...)(leaf)
+	h := middleware.Layer[string, string]("model", middleware.Spec[string]{}, tp)(leaf)
 	_, err := h(context.Background(), "x")
 	assert.Same(t, weird, err)
 	l := layerSpans(rec, "model")[0]
@@ -188,7 +188,7 @@ func TestNoRetryLayerPassesErrorsThrough(t *testing.T) {
 	_, hasDiagnosis := attr(l, telemetry.Diagnosis)
 	assert.False(t, hasDiagnosis)
 
-	h2 := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4}))}, []middleware.Option{tp}...)...)(leaf)
+	h2 := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})), tp)(leaf)
 	_, err = h2(context.Background(), "x")
 	var fe *policies.Error
 	require.ErrorAs(t, err, &fe)
@@ -214,19 +214,4 @@ func TestFailsafeWithUsesTheSameEngine(t *testing.T) {
 	assert.Equal(t, telemetry.OutcomeRejected, fe.Outcome)
 	assert.Equal(t, 1, calls)
 	assert.Empty(t, clk.Slept())
-}
-
-// A Layer given policies of another response type refuses every call with a
-// Programming error that names both types, instead of dropping them.
-func TestLayerRefusesPoliciesOfAnotherType(t *testing.T) {
-	called := false
-	call := middleware.Layer[string, string]("session",
-		middleware.WithPolicies[int](policies.NewRetry[int](policies.SessionRetry)),
-	)(func(context.Context, string) (string, error) { called = true; return "", nil })
-	_, err := call(context.Background(), "x")
-	require.Error(t, err)
-	assert.False(t, called)
-	assert.Equal(t, policies.Programming, policies.Classify(err).Class)
-	assert.Contains(t, err.Error(), "[]failsafe.Policy[int]")
-	assert.Contains(t, err.Error(), "[]failsafe.Policy[string]")
 }

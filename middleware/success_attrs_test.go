@@ -32,7 +32,7 @@ func TestSuccessAttributes(t *testing.T) {
 	}{{
 		name: "a retrying layer",
 		call: func(opts []middleware.Option) (string, error) {
-			return middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, 0, nil))}, opts...)...)(ok)(context.Background(), "q")
+			return middleware.Layer[string, string]("tool", spec(retry(3, 0, nil)), opts...)(ok)(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
 			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),
@@ -42,7 +42,7 @@ func TestSuccessAttributes(t *testing.T) {
 	}, {
 		name: "a layer without a retry",
 		call: func(opts []middleware.Option) (string, error) {
-			return middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](policies.NewBulkhead[string](4, 0))}, opts...)...)(ok)(context.Background(), "q")
+			return middleware.Layer[string, string]("tool", spec(policies.NewBulkhead[string](4, 0)), opts...)(ok)(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
 			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),
@@ -51,8 +51,8 @@ func TestSuccessAttributes(t *testing.T) {
 	}, {
 		name: "nested layers",
 		call: func(opts []middleware.Option) (string, error) {
-			session := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](retry(4, 0, nil))}, opts...)...)
-			runtime := middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](retry(2, 0, nil))}, opts...)...)
+			session := middleware.Layer[string, string]("session", spec(retry(4, 0, nil)), opts...)
+			runtime := middleware.Layer[string, string]("runtime", spec(retry(2, 0, nil)), opts...)
 			return runtime(session(ok))(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
@@ -67,7 +67,7 @@ func TestSuccessAttributes(t *testing.T) {
 		name: "under a task budget",
 		call: func(opts []middleware.Option) (string, error) {
 			ctx := policies.WithTaskBudget(context.Background(), 5)
-			return middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, 0, nil))}, opts...)...)(ok)(ctx, "q")
+			return middleware.Layer[string, string]("tool", spec(retry(3, 0, nil)), opts...)(ok)(ctx, "q")
 		},
 		want: map[string][]attribute.KeyValue{
 			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),
@@ -79,7 +79,7 @@ func TestSuccessAttributes(t *testing.T) {
 		name: "after a retry",
 		call: func(opts []middleware.Option) (string, error) {
 			h, _ := counting(errOverloaded, nil)
-			return middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, 0, nil))}, opts...)...)(h)(context.Background(), "q")
+			return middleware.Layer[string, string]("tool", spec(retry(3, 0, nil)), opts...)(h)(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
 			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success_after_retry"),
@@ -90,7 +90,7 @@ func TestSuccessAttributes(t *testing.T) {
 		name: "a failsafe-go retry policy",
 		call: func(opts []middleware.Option) (string, error) {
 			rp := retrypolicy.NewBuilder[string]().WithMaxAttempts(3).Build()
-			return middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](rp)}, opts...)...)(ok)(context.Background(), "q")
+			return middleware.Layer[string, string]("tool", spec(rp), opts...)(ok)(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
 			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),

@@ -60,7 +60,7 @@ type transport struct {
 // or an SDK's) around the transport's send.
 func newTransport(base http.RoundTripper, layer string, cfg config, r role[*exchange, *http.Response]) *transport {
 	t := &transport{base: base, classifier: cfg.classifier}
-	t.h = newLayer[*exchange, *http.Response](layer, cfg, cfg.httpPolicies, r).middleware()(t.send)
+	t.h = newLayer[*exchange, *http.Response](layer, cfg, Spec[*http.Response]{Policies: cfg.httpPolicies}, r).middleware()(t.send)
 	return t
 }
 

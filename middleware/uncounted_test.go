@@ -32,7 +32,7 @@ func TestUnsentCallsAreNotCounted(t *testing.T) {
 		sent++
 		return "ok", nil
 	}
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](retry(3, time.Second, clk))}, []middleware.Option{tp}...)...)(leaf)
+	h := middleware.Layer[string, string]("tool", spec(retry(3, time.Second, clk)), tp)(leaf)
 
 	out, err := h(context.Background(), "x")
 
@@ -65,7 +65,7 @@ func TestUnsentCallsDoNotOpenABreaker(t *testing.T) {
 	clk := clock.NewVirtual(epoch)
 	cb := policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 2, Delay: time.Minute, Clock: clk})
 	var calls int
-	h := middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](cb)}, []middleware.Option{tp}...)...)(func(context.Context, string) (string, error) {
+	h := middleware.Layer[string, string]("tool", spec(cb), tp)(func(context.Context, string) (string, error) {
 		calls++
 		return "", middleware.Unsent(errOverloaded)
 	})
@@ -78,7 +78,7 @@ func TestUnsentCallsDoNotOpenABreaker(t *testing.T) {
 	// Sent failures open it, for contrast.
 	sentCB := policies.NewCircuitBreaker[string](policies.BreakerConfig{FailureThreshold: 2, Delay: time.Minute, Clock: clk})
 	calls = 0
-	h = middleware.Layer[string, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](sentCB)}, []middleware.Option{tp}...)...)(func(context.Context, string) (string, error) {
+	h = middleware.Layer[string, string]("tool", spec(sentCB), tp)(func(context.Context, string) (string, error) {
 		calls++
 		return "", errOverloaded
 	})
@@ -93,10 +93,10 @@ func TestUnsentCallsDoNotOpenABreaker(t *testing.T) {
 func TestUncountedLayer(t *testing.T) {
 	rec, tp := recorder(t)
 	opts := []middleware.Option{tp}
-	handshake := middleware.Layer[string, string]("mcp", append(opts, middleware.WithUncounted(telemetry.UncountedHandshake))...)(
+	handshake := middleware.Layer[string, string]("mcp", middleware.Spec[string]{}, append(opts, middleware.WithUncounted(telemetry.UncountedHandshake))...)(
 		func(context.Context, string) (string, error) { return "hello", nil })
-	call := middleware.Layer[string, string]("mcp", opts...)(func(context.Context, string) (string, error) { return "ok", nil })
-	root := middleware.Layer[string, string]("task", opts...)(func(ctx context.Context, req string) (string, error) {
+	call := middleware.Layer[string, string]("mcp", middleware.Spec[string]{}, opts...)(func(context.Context, string) (string, error) { return "ok", nil })
+	root := middleware.Layer[string, string]("task", middleware.Spec[string]{}, opts...)(func(ctx context.Context, req string) (string, error) {
 		if _, err := handshake(ctx, req); err != nil {
 			return "", err
 		}
@@ -131,12 +131,12 @@ func TestOneAttemptLayerOutcomes(t *testing.T) {
 	clk := clock.NewVirtual(epoch)
 	opts := []middleware.Option{tp}
 	leaf, _ := counting(errOverloaded)
-	_, err := middleware.Layer[string, string]("http", opts...)(leaf)(context.Background(), "x")
+	_, err := middleware.Layer[string, string]("http", middleware.Spec[string]{}, opts...)(leaf)(context.Background(), "x")
 	require.ErrorIs(t, err, errOverloaded)
 	assert.Equal(t, "failed_transient", str(layerSpans(rec, "http")[0], telemetry.Outcome))
 
-	session := middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](retry(2, time.Second, clk))}, opts...)...)(leaf)
-	_, err = middleware.Layer[string, string]("agent", opts...)(session)(context.Background(), "x")
+	session := middleware.Layer[string, string]("session", spec(retry(2, time.Second, clk)), opts...)(leaf)
+	_, err = middleware.Layer[string, string]("agent", middleware.Spec[string]{}, opts...)(session)(context.Background(), "x")
 	require.Error(t, err)
 	assert.Equal(t, "failed_exhausted", str(layerSpans(rec, "session")[0], telemetry.Outcome))
 	assert.Equal(t, "failed_exhausted", str(layerSpans(rec, "agent")[0], telemetry.Outcome), "carried from the layer beneath")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/stretchr/testify/assert"
@@ -35,7 +36,7 @@ func tracedCalls(t *testing.T, srv *retracetest.Server, n int) []sdktrace.ReadOn
 	client := openai.NewClient(option.WithBaseURL(srv.URL()), option.WithAPIKey("sk-test-0000000000000000"),
 		option.WithHTTPClient(&http.Client{Transport: transport}), option.WithMaxRetries(1),
 		option.WithMiddleware(middleware.SDK("openai-go", 1, opts...)))
-	layer := middleware.Layer[string, string]("agent", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2}))}, opts...)...)
+	layer := middleware.Layer[string, string]("agent", middleware.Spec[string]{Policies: []failsafe.Policy[string]{policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 2})}}, opts...)
 	for range n {
 		_, _ = layer(func(ctx context.Context, q string) (string, error) {
 			_, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "m",
@@ -109,7 +110,7 @@ func TestTraceCountsThroughABreaker(t *testing.T) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	defer transport.CloseIdleConnections()
 	client := &http.Client{Transport: transport}
-	layer := middleware.Layer[string, string]("model", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}), policies.NewCircuitBreaker[string](policies.BreakerConfig{Name: "provider", FailureThreshold: 2, Delay: time.Second}))}, []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}...)...)
+	layer := middleware.Layer[string, string]("model", middleware.Spec[string]{Policies: []failsafe.Policy[string]{policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}), policies.NewCircuitBreaker[string](policies.BreakerConfig{Name: "provider", FailureThreshold: 2, Delay: time.Second})}}, middleware.WithTracerProvider(tp), middleware.WithClock(clk))
 	call := layer(func(ctx context.Context, _ string) (string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/chat/completions", strings.NewReader("{}"))
 		if err != nil {
@@ -167,8 +168,8 @@ func TestNestedChains(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 	opts := []middleware.Option{middleware.WithTracerProvider(tp)}
 	h := middleware.Chain(
-		middleware.Layer[string, string]("runtime", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}))}, opts...)...),
-		middleware.Layer[string, string]("session", append([]middleware.Option{middleware.WithPolicies[string](policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4}))}, opts...)...),
+		middleware.Layer[string, string]("runtime", middleware.Spec[string]{Policies: []failsafe.Policy[string]{policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3})}}, opts...),
+		middleware.Layer[string, string]("session", middleware.Spec[string]{Policies: []failsafe.Policy[string]{policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})}}, opts...),
 	)(func(context.Context, string) (string, error) { return "ok", nil })
 	_, err := h(context.Background(), "x")
 	require.NoError(t, err)

@@ -116,7 +116,7 @@ func AgentLayer[Req, Resp any](name, provider string, maxSteps int, opts ...midd
 	if maxSteps > 0 {
 		all = append(all, middleware.WithSteps(maxSteps))
 	}
-	return middleware.Layer[Req, Resp]("agent", all...)
+	return middleware.Layer[Req, Resp]("agent", middleware.Spec[Resp]{}, all...)
 }
 
 func (l *Loop) maxSteps() int {

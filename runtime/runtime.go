@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
+
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
@@ -59,7 +61,9 @@ func New(agent Agent, cfg Config) *Runtime {
 	// Each failed attempt is recorded with the class the layer gave it, so
 	// that ExecError and the attempt spans agree.
 	opts := append(append([]middleware.Option{}, cfg.Options...), middleware.WithOnAttempt(record))
-	r.exec = middleware.Layer[string, session.Message]("runtime", append([]middleware.Option{middleware.WithPolicies[session.Message](policies.NewRetry[session.Message](cfg.Retry))}, opts...)...)(agent.Run)
+	r.exec = middleware.Layer[string, session.Message]("runtime", middleware.Spec[session.Message]{
+		Policies: []failsafe.Policy[session.Message]{policies.NewRetry[session.Message](cfg.Retry)},
+	}, opts...)(agent.Run)
 	return r
 }
 

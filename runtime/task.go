@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/failsafe-go/failsafe-go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/engine"
@@ -117,7 +118,7 @@ func RunTask(ctx context.Context, task Task, cfg TaskConfig) (*TaskReport, error
 		}
 	}
 	rep := &TaskReport{TaskID: task.ID, ResumedAt: len(cp.Steps) + 1}
-	run := middleware.Layer[Task, *TaskReport]("task", append([]middleware.Option{middleware.WithSpanName("task " + task.ID), middleware.WithAttributes(
+	run := middleware.Layer[Task, *TaskReport]("task", middleware.Spec[*TaskReport]{}, append([]middleware.Option{middleware.WithSpanName("task " + task.ID), middleware.WithAttributes(
 		telemetry.TaskID.String(task.ID), telemetry.TaskSteps.Int(len(task.Steps)),
 	)}, cfg.Options...)...)(func(ctx context.Context, task Task) (*TaskReport, error) {
 		trace.SpanFromContext(ctx).SetAttributes(telemetry.TaskResumedAt.Int(rep.ResumedAt))
@@ -138,9 +139,11 @@ func runSteps(ctx context.Context, task Task, cfg TaskConfig, cp *Checkpoint, re
 	for i := len(cp.Steps); i < len(task.Steps); i++ {
 		n, st := i+1, task.Steps[i]
 		sc := StepContext{TaskID: task.ID, Step: n, Key: IdempotencyKey(task.ID, n), Results: results}
-		layer := middleware.Layer[StepContext, any]("step", append([]middleware.Option{middleware.WithPolicies[any](policies.NewRetry[any](cfg.Retry))}, append([]middleware.Option{middleware.WithSpanName(fmt.Sprintf("step %d %s", n, st.Name)), middleware.WithAttributes(
+		layer := middleware.Layer[StepContext, any]("step", middleware.Spec[any]{
+			Policies: []failsafe.Policy[any]{policies.NewRetry[any](cfg.Retry)},
+		}, append([]middleware.Option{middleware.WithSpanName(fmt.Sprintf("step %d %s", n, st.Name)), middleware.WithAttributes(
 			telemetry.Step.Int(n), telemetry.StepKey.String(sc.Key),
-		)}, cfg.Options...)...)...)
+		)}, cfg.Options...)...)
 		rep.Ran = append(rep.Ran, n)
 		attempts := 0
 		out, err := layer(func(ctx context.Context, sc StepContext) (any, error) {

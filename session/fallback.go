@@ -189,7 +189,7 @@ func (s *Session) newCandidate(i int, c Candidate, call middleware.Handler[Reque
 					String(c.Model),
 			),
 		)
-		k.turn = middleware.Layer[*turn, Message](telemetry.LayerCandidate, opts...)(s.overflowing)
+		k.turn = middleware.Layer[*turn, Message](telemetry.LayerCandidate, middleware.Spec[Message]{}, opts...)(s.overflowing)
 	}
 	return k
 }
@@ -219,7 +219,7 @@ func (s *Session) fallbackLayer() middleware.Handler[*turn, Message] {
 		middleware.WithAttributes(telemetry.FallbackCandidates.Int(len(s.cands))),
 		middleware.WithSteps(len(s.cands)),
 	)
-	return middleware.Layer[*turn, Message](telemetry.LayerFallback, opts...)(s.fallback)
+	return middleware.Layer[*turn, Message](telemetry.LayerFallback, middleware.Spec[Message]{}, opts...)(s.fallback)
 }
 
 // fallback is the fallback layer's handler: the candidates in order, each

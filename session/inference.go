@@ -101,22 +101,26 @@ func inferenceLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req
 	if describe == nil {
 		describe = func(Resp) Message { return Message{} }
 	}
-	opts := append(append([]middleware.Option{}, in.Options...),
-		middleware.WithSpanName(name),
-		middleware.WithSpanKind(trace.SpanKindClient),
-		middleware.WithAttributes(attrs...),
-		middleware.WithEndAttributes(func(r Resp, err error) []attribute.KeyValue {
+	spec := middleware.Spec[Resp]{
+		Policies: []failsafe.Policy[Resp]{policies.NewRetry[Resp](in.Retry)},
+		EndAttributes: func(r Resp, err error) []attribute.KeyValue {
 			if err != nil {
 				return inferenceEnd(Message{}, err)
 			}
 			return inferenceEnd(describe(r), nil)
-		}),
-		middleware.WithGenAIMetrics(func(r Resp) (int, int) {
+		},
+		GenAIMetrics: func(r Resp) (int, int, bool) {
+			// Without Describe an answer says nothing of its usage.
 			u := describe(r).Usage
-			return u.InputTokens, u.OutputTokens
-		}),
+			return u.InputTokens, u.OutputTokens, in.Describe != nil
+		},
+	}
+	opts := append(append([]middleware.Option{}, in.Options...),
+		middleware.WithSpanName(name),
+		middleware.WithSpanKind(trace.SpanKindClient),
+		middleware.WithAttributes(attrs...),
 	)
-	return middleware.Layer[Req, Resp]("session", append([]middleware.Option{middleware.WithPolicies[Resp](policies.NewRetry[Resp](in.Retry))}, opts...)...)
+	return middleware.Layer[Req, Resp]("session", spec, opts...)
 }
 
 // modelCallLayer is the layer of each attempt of a logical model call:
@@ -136,7 +140,7 @@ func modelCallLayer[Req, Resp any](in Inference[Resp]) middleware.Middleware[Req
 		opts = append(opts, middleware.WithInnerAttempts(in.InnerAttempts))
 	}
 	ps := append([]failsafe.Policy[Resp]{policies.NewTimeout[Resp](in.Timeout, nil)}, in.Policies...)
-	return middleware.Layer[Req, Resp]("model", append([]middleware.Option{middleware.WithPolicies[Resp](ps...)}, opts...)...)
+	return middleware.Layer[Req, Resp]("model", middleware.Spec[Resp]{Policies: ps}, opts...)
 }
 
 // InferenceLayers is the inference layer around the model layer: a logical model

@@ -105,7 +105,7 @@ func New[A, R any](name string, fn Func[A, R], cfg Config) *Tool {
 		middleware.WithSpanName("execute_tool "+name),
 		middleware.WithAttributes(toolAttributes(name, cfg.Description)...),
 	)
-	t.chain = middleware.Layer[*call, string]("tool", append([]middleware.Option{middleware.WithPolicies[string](ps...)}, opts...)...)(func(ctx context.Context, c *call) (string, error) {
+	t.chain = middleware.Layer[*call, string]("tool", middleware.Spec[string]{Policies: ps}, opts...)(func(ctx context.Context, c *call) (string, error) {
 		return c.work(ctx, c.args)
 	})
 	if fn != nil {

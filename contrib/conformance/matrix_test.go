@@ -135,7 +135,7 @@ func run(t *testing.T, p path, f fault) result {
 
 	// One outer layer makes every path one trace (a Session compacts and
 	// calls its layer again after an overflow).
-	outer := middleware.Layer[string, string]("conformance", e.opts...)
+	outer := middleware.Layer[string, string]("conformance", middleware.Spec[string]{}, e.opts...)
 	ctx := context.Background()
 	var r result
 	r.text, r.err = outer(func(ctx context.Context, _ string) (string, error) { return p.call(t, ctx, srv, e) })(ctx, "hello")

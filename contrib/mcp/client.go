@@ -251,7 +251,7 @@ func (c *Client) layer(method, tool string) middleware.Handler[*request, mcp.Res
 	case strings.HasPrefix(method, "notifications/"):
 		opts = append(opts, middleware.WithUncounted(telemetry.UncountedNotification))
 	}
-	h := middleware.Layer[*request, mcp.Result](layerMCP, opts...)(c.exchange)
+	h := middleware.Layer[*request, mcp.Result](layerMCP, middleware.Spec[mcp.Result]{}, opts...)(c.exchange)
 	c.layers[k] = h
 	return h
 }

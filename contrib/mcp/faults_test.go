@@ -59,7 +59,7 @@ func (r *rig) connect(t *testing.T, tr transport, args ...string) (*mcp.ClientSe
 // trace.
 func (r *rig) task(t *testing.T, ctx context.Context, f func(ctx context.Context)) []sdktrace.ReadOnlySpan {
 	t.Helper()
-	root := middleware.Layer[struct{}, struct{}]("task", r.opts...)(func(ctx context.Context, _ struct{}) (struct{}, error) {
+	root := middleware.Layer[struct{}, struct{}]("task", middleware.Spec[struct{}]{}, r.opts...)(func(ctx context.Context, _ struct{}) (struct{}, error) {
 		f(ctx)
 		return struct{}{}, nil
 	})

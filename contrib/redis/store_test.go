@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -99,7 +100,9 @@ func spans(t *testing.T, st state.State, calls int) []sdktrace.ReadOnlySpan {
 	retry := policies.ToolRetry
 	retry.Clock = clk
 	retry.Budget = policies.NewRetryBudget(policies.RetryBudgetConfig{Name: "p", State: st, Clock: clk})
-	layer := middleware.Layer[int, int]("tool", append([]middleware.Option{middleware.WithPolicies[int](policies.NewRetry[int](retry), policies.NewCircuitBreaker[int](policies.BreakerConfig{Name: "p", State: st, Clock: clk}))}, []middleware.Option{middleware.WithTracerProvider(tp), middleware.WithClock(clk)}...)...)
+	layer := middleware.Layer[int, int]("tool", middleware.Spec[int]{
+		Policies: []failsafe.Policy[int]{policies.NewRetry[int](retry), policies.NewCircuitBreaker[int](policies.BreakerConfig{Name: "p", State: st, Clock: clk})},
+	}, middleware.WithTracerProvider(tp), middleware.WithClock(clk))
 	h := layer(func(context.Context, int) (int, error) { return 0, &policies.Error{StatusCode: 503} })
 	ctx := policies.WithSharedTaskBudget(context.Background(), st, "task-1", 6)
 	for range calls {

@@ -68,7 +68,7 @@ var metricErrorTypes = map[string]bool{
 	"network_error": true, "attempt_timeout": true, "circuit_open": true, "bulkhead_full": true,
 	"rate_limited": true, "budget_exhausted": true, "body_not_rewindable": true, "invalid_arguments": true,
 	"step_limit": true, "context.Canceled": true, "context.DeadlineExceeded": true, "panic": true,
-	"error_panicked": true, "classifier_panic": true, "errors.ErrUnsupported": true, "layer_config": true,
+	"error_panicked": true, "classifier_panic": true, "errors.ErrUnsupported": true,
 	// OpenAI's
 	"invalid_api_key": true, "insufficient_quota": true, "rate_limit_exceeded": true, "server_error": true,
 	"context_length_exceeded": true, "invalid_request_error": true, "model_not_found": true,
