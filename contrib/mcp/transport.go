@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"sync"
@@ -357,6 +358,18 @@ func (rt *roundTripper) post(req *http.Request, n *note) (*http.Response, error)
 	n.mu.Lock()
 	n.rt, n.session = rt, req.Header.Get(sessionIDHeader)
 	n.mu.Unlock()
+	// A request whose bytes all went out may have reached the server,
+	// whatever happens to its wait afterwards: the transport says so when
+	// its write ends, which can be after a canceled wait returned (the
+	// session ended beneath it), so it is noted then, not read off the
+	// round trip's error.
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil {
+				n.wrote()
+			}
+		},
+	}))
 	resp, err := rt.base.RoundTrip(req)
 	kv := append([]attribute.KeyValue(nil), rt.kv...)
 	switch {

@@ -1,10 +1,12 @@
 package retracemcp
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"testing"
 
@@ -89,4 +91,40 @@ func TestStandaloneStreamEndsTheSession(t *testing.T) {
 			assert.NoError(t, inFlight(rt, "s-2").sessionEnded(), "another session of the transport")
 		})
 	}
+}
+
+// wroteThenCanceled stands for net/http's transport when the request's wait
+// is canceled after its bytes went out: the write's end is traced, the
+// round trip returns the context's error.
+type wroteThenCanceled struct{ cancel func() }
+
+func (w wroteThenCanceled) RoundTrip(req *http.Request) (*http.Response, error) {
+	if tr := httptrace.ContextClientTrace(req.Context()); tr != nil && tr.WroteRequest != nil {
+		tr.WroteRequest(httptrace.WroteRequestInfo{})
+	}
+	w.cancel()
+	return nil, req.Context().Err()
+}
+
+// A request whose bytes went out is delivered even when its wait ends by
+// the context (the session ended beneath it): the server may have it, so it
+// is counted, not unsent. One refused at the dial is not.
+func TestWrittenRequestIsDelivered(t *testing.T) {
+	post := func(base http.RoundTripper, ctx context.Context) *note {
+		n := &note{}
+		req, err := http.NewRequestWithContext(context.WithValue(ctx, noteKey{}, n), http.MethodPost, "http://127.0.0.1:1/mcp",
+			strings.NewReader(`{"jsonrpc":"2.0","id":4,"method":"tools/call"}`))
+		require.NoError(t, err)
+		if resp, err := (&roundTripper{base: base}).RoundTrip(req); err == nil {
+			_ = resp.Body.Close()
+		}
+		return n
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	assert.True(t, post(wroteThenCanceled{cancel}, ctx).delivered(), "written, then its wait canceled")
+	refused := scripted{dialRefused}
+	n := post(&refused, context.Background())
+	assert.False(t, n.delivered(), "refused at the dial")
+	assert.Error(t, n.undelivered())
 }
