@@ -571,3 +571,20 @@ func TestNestedChainPerRoot(t *testing.T) {
 		}
 	}
 }
+
+// A breaker that opens on a retry's failure ends the retry rejected, and
+// the diagnosis says both apart: the refusal, then the failure before it.
+func TestRejectedAfterTheBreakerOpensSaysBoth(t *testing.T) {
+	clk := clock.NewFake(time.Unix(0, 0))
+	layer := middleware.Layer[string, string]("tool", middleware.Spec[string]{Policies: []failsafe.Policy[string]{
+		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}),
+		policies.NewCircuitBreaker[string](policies.BreakerConfig{Name: "search", FailureThreshold: 2}),
+	}}, middleware.WithClock(clk))
+	_, err := layer(func(context.Context, string) (string, error) {
+		return "", &policies.Error{Class: policies.Transient, Type: "flaky", Message: "downstream flaked"}
+	})(context.Background(), "q")
+	var e *policies.Error
+	require.ErrorAs(t, err, &e)
+	assert.Equal(t, telemetry.OutcomeRejected, e.Outcome)
+	assert.Equal(t, "rejected after 2 attempts: search: circuit breaker open (retry in 1m0s); the last failure: downstream flaked", e.Diagnosis())
+}

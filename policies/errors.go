@@ -132,6 +132,15 @@ func brief(err error, known ...string) string {
 		return "<nil>"
 	}
 	var s string
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		// A refusal that ended a retry beside the failure before it (a
+		// breaker that opened on it): both, in that order, said apart.
+		if errs := j.Unwrap(); len(errs) == 2 {
+			if r, ok := errs[0].(*Error); ok && isRejection(r) {
+				return engine.Truncate(brief(r, known...)+"; the last failure: "+brief(errs[1], known...), engine.CapDiagnosis)
+			}
+		}
+	}
 	switch e, ok := err.(*Error); {
 	case ok && e.Outcome != "":
 		s = e.Error() // redacted already, once, where it was worded
