@@ -3,7 +3,6 @@ package policies
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -143,7 +142,7 @@ func (e *Error) text() string {
 	var b strings.Builder
 	b.Grow(len(e.Code) + len(e.Message) + 8)
 	if e.StatusCode != 0 {
-		b.WriteString(strconv.Itoa(e.StatusCode))
+		b.WriteString(statusText(e.StatusCode)) // made once: no string of its own per answer worded
 	}
 	if e.Code != "" {
 		if b.Len() > 0 {
