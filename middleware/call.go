@@ -192,7 +192,7 @@ func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (string, int, 
 		cls = c.classify(ctx, err)
 		outcome = l.outcome(ctx, c, err, cls)
 		if l.retrying() || c.budgetOut {
-			err = l.judge.Fail(c.secretCtx(ctx), l.name, engine.Report{Attempts: c.attempts, Outcome: string(outcome), Err: err,
+			err = l.judge.Fail(c.secretCtx(ctx), l.name, engine.Report{Attempts: c.attempts, Outcome: outcome, Err: err,
 				Failure: c.failures().last.fail, Cause: causeIf(ctx, outcome)}, cls)
 			cls = policies.Classify(err)
 		}
@@ -283,14 +283,28 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome string, attempts 
 type spanCounts struct{ calls, untraced, uncounted, worst int64 }
 
 // endAttrs appends to attrs what a layer span says of how its call ended,
-// its failure aside: the layer, its depth and outcome; for a retrying
-// layer its limit, attempts and diagnosis; the task budget left (left ≥ 0:
-// the call ran under one); and on the outermost layer (root) the counts n.
+// its failure aside: the layer, its depth (when not 0) and outcome; for a
+// retrying layer its limit (unless the worst case states it), attempts and
+// diagnosis; the task budget left (left ≥ 0: the call ran under one); and on
+// the outermost layer (root) the counts n.
 func (l *layer[Req, Resp]) endAttrs(attrs []attribute.KeyValue, depth int, outcome string, attempts int, err error, left int, root bool, n spanCounts) []attribute.KeyValue {
-	attrs = append(attrs, telemetry.Layer.String(l.name), telemetry.RetryDepth.Int(depth),
-		telemetry.Outcome.String(string(outcome)))
+	attrs = append(attrs, telemetry.Layer.String(l.name))
+	if depth > 0 {
+		// A depth of 0 is the key's documented default (no retrying layer
+		// encloses this one): it is left out, and an absent depth reads 0.
+		attrs = append(attrs, telemetry.RetryDepth.Int(depth))
+	}
+	attrs = append(attrs, telemetry.Outcome.String(outcome))
+	worst := int64(-1) // retrace.calls.worst_case, when the span carries it
+	if root && n.worst > 0 {
+		worst = max(n.worst, n.calls)
+	}
 	if l.retrying() {
-		if l.maxAttempts > 0 {
+		// On the outermost layer span a limit equal to the worst case is
+		// left out: it restates retrace.calls.worst_case (each attempt made
+		// one call, so the limit is the worst case), and an absent limit
+		// reads the worst case.
+		if l.maxAttempts > 0 && int64(l.maxAttempts) != worst {
 			attrs = append(attrs, telemetry.MaxAttempts.Int(l.maxAttempts))
 		}
 		attrs = append(attrs, telemetry.Attempts.Int(attempts))
@@ -315,8 +329,8 @@ func (l *layer[Req, Resp]) endAttrs(attrs []attribute.KeyValue, depth int, outco
 		if n.uncounted > 0 {
 			attrs = append(attrs, telemetry.CallsUncounted.Int64(n.uncounted))
 		}
-		if n.worst > 0 {
-			attrs = append(attrs, telemetry.CallsWorstCase.Int64(max(n.worst, n.calls)))
+		if worst > 0 {
+			attrs = append(attrs, telemetry.CallsWorstCase.Int64(worst))
 		}
 	}
 	return attrs

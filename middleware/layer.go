@@ -73,9 +73,11 @@ func Policies[Req, Resp any](layer string, ps ...failsafe.Policy[Resp]) Middlewa
 // It is the one constructor of a layer:
 //
 //   - a layer span (retrace.layer=layer) covers the whole call and ends with
-//     retrace.outcome; a retrying layer's span also gets retrace.attempts,
+//     retrace.outcome, and retrace.retry.depth when a retrying layer
+//     encloses it; a retrying layer's span also gets retrace.attempts,
 //     retrace.max_attempts and, on failure, retrace.diagnosis; the outermost
-//     layer span gets retrace.calls and retrace.calls.worst_case;
+//     layer span gets retrace.calls and retrace.calls.worst_case, and no
+//     retrace.max_attempts when the worst case equals it;
 //   - a retrying layer opens one child span per attempt (retrace.attempt,
 //     retrace.retry.delay_ms); a failed attempt has status Error,
 //     retrace.error.class, retrace.error.reason and error.type, and an error

@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"testing"
 
@@ -9,8 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
@@ -20,7 +23,10 @@ import (
 // the attributes the contract names, whether its layer made them
 // beforehand (a call as most are) or for the call (a layer beneath
 // another, under a task budget, around a nested layer, after a retry): no
-// attribute missing, none added, each value the call's own.
+// attribute missing, none added, each value the call's own. None restates
+// what its absence reads as: no retrace.retry.depth of 0, and on the
+// outermost layer span no retrace.max_attempts that
+// retrace.calls.worst_case states.
 func TestSuccessAttributes(t *testing.T) {
 	ok := func(context.Context, string) (string, error) { return "ok", nil }
 	kv := func(kvs ...attribute.KeyValue) []attribute.KeyValue { return kvs }
@@ -35,8 +41,8 @@ func TestSuccessAttributes(t *testing.T) {
 			return middleware.Layer[string, string]("tool", spec(retry(3, 0, nil)), opts...)(ok)(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
-			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),
-				telemetry.MaxAttempts.Int(3), telemetry.Attempts.Int(1), telemetry.Calls.Int64(1), telemetry.CallsWorstCase.Int64(3)),
+			"tool": kv(telemetry.Layer.String("tool"), telemetry.Outcome.String("success"),
+				telemetry.Attempts.Int(1), telemetry.Calls.Int64(1), telemetry.CallsWorstCase.Int64(3)),
 			"tool attempt": kv(telemetry.Attempt.Int(1)),
 		},
 	}, {
@@ -45,7 +51,7 @@ func TestSuccessAttributes(t *testing.T) {
 			return middleware.Layer[string, string]("tool", spec(policies.NewBulkhead[string](4, 0)), opts...)(ok)(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
-			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),
+			"tool": kv(telemetry.Layer.String("tool"), telemetry.Outcome.String("success"),
 				telemetry.Calls.Int64(1), telemetry.CallsWorstCase.Int64(1)),
 		},
 	}, {
@@ -56,7 +62,7 @@ func TestSuccessAttributes(t *testing.T) {
 			return runtime(session(ok))(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
-			"runtime": kv(telemetry.Layer.String("runtime"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),
+			"runtime": kv(telemetry.Layer.String("runtime"), telemetry.Outcome.String("success"),
 				telemetry.MaxAttempts.Int(2), telemetry.Attempts.Int(1), telemetry.Calls.Int64(1), telemetry.CallsWorstCase.Int64(8)),
 			"runtime attempt": kv(telemetry.Attempt.Int(1)),
 			"session": kv(telemetry.Layer.String("session"), telemetry.RetryDepth.Int(1), telemetry.Outcome.String("success"),
@@ -70,8 +76,8 @@ func TestSuccessAttributes(t *testing.T) {
 			return middleware.Layer[string, string]("tool", spec(retry(3, 0, nil)), opts...)(ok)(ctx, "q")
 		},
 		want: map[string][]attribute.KeyValue{
-			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),
-				telemetry.MaxAttempts.Int(3), telemetry.Attempts.Int(1), telemetry.BudgetLeft.Int(5),
+			"tool": kv(telemetry.Layer.String("tool"), telemetry.Outcome.String("success"),
+				telemetry.Attempts.Int(1), telemetry.BudgetLeft.Int(5),
 				telemetry.Calls.Int64(1), telemetry.CallsWorstCase.Int64(3)),
 			"tool attempt": kv(telemetry.Attempt.Int(1)),
 		},
@@ -82,8 +88,8 @@ func TestSuccessAttributes(t *testing.T) {
 			return middleware.Layer[string, string]("tool", spec(retry(3, 0, nil)), opts...)(h)(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
-			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success_after_retry"),
-				telemetry.MaxAttempts.Int(3), telemetry.Attempts.Int(2), telemetry.Diagnosis.String("succeeded on attempt 2"),
+			"tool": kv(telemetry.Layer.String("tool"), telemetry.Outcome.String("success_after_retry"),
+				telemetry.Attempts.Int(2), telemetry.Diagnosis.String("succeeded on attempt 2"),
 				telemetry.Calls.Int64(2), telemetry.CallsWorstCase.Int64(3)),
 		},
 	}, {
@@ -93,7 +99,7 @@ func TestSuccessAttributes(t *testing.T) {
 			return middleware.Layer[string, string]("tool", spec(rp), opts...)(ok)(context.Background(), "q")
 		},
 		want: map[string][]attribute.KeyValue{
-			"tool": kv(telemetry.Layer.String("tool"), telemetry.RetryDepth.Int(0), telemetry.Outcome.String("success"),
+			"tool": kv(telemetry.Layer.String("tool"), telemetry.Outcome.String("success"),
 				telemetry.Attempts.Int(1), telemetry.Calls.Int64(1)),
 			"tool attempt": kv(telemetry.Attempt.Int(1)),
 		},
@@ -128,4 +134,106 @@ func sortedKVs(kvs []attribute.KeyValue) []attribute.KeyValue {
 	out := append([]attribute.KeyValue(nil), kvs...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out
+}
+
+// A call that fails carries on its spans exactly the attributes the
+// contract names, and its status: the attempt spans each failure's class,
+// error.type and the rule that decided; the layer span how the call ended,
+// its class and error.type, without restating a default (no depth of 0 on
+// the outermost span, no limit its worst case states) and without the
+// reason its attempt spans tell.
+func TestFailureAttributes(t *testing.T) {
+	kv := func(kvs ...attribute.KeyValue) []attribute.KeyValue { return kvs }
+	plain := errors.New("503 service unavailable")
+	tool := func(fail error) func(opts []middleware.Option) error {
+		return func(opts []middleware.Option) error {
+			h := func(context.Context, string) (string, error) { return "", fail }
+			_, err := middleware.Layer[string, string]("tool", spec(retry(3, 0, nil)), opts...)(h)(context.Background(), "q")
+			return err
+		}
+	}
+	attempt := func(n int, typ, reason string) []attribute.KeyValue {
+		return kv(telemetry.Attempt.Int(n), telemetry.ErrorClass.String("transient"), semconv.ErrorType.String(typ), telemetry.ErrorReason.String(reason))
+	}
+	cases := []struct {
+		name string
+		call func(opts []middleware.Option) error
+		// want is each span's attributes and status description, by span
+		// name; an attempt span's by its number too.
+		want   map[string][]attribute.KeyValue
+		status map[string]string
+	}{{
+		name: "a plain error",
+		call: tool(plain),
+		want: map[string][]attribute.KeyValue{
+			"tool": kv(telemetry.Layer.String("tool"), telemetry.Outcome.String("failed_exhausted"), telemetry.Attempts.Int(3),
+				telemetry.Diagnosis.String("failed after 3 attempts: 503 service unavailable"), telemetry.Calls.Int64(3), telemetry.CallsWorstCase.Int64(3),
+				telemetry.ErrorClass.String("transient"), semconv.ErrorType.String("_OTHER")),
+			"tool attempt 1": attempt(1, "_OTHER", "pattern: 503"),
+			"tool attempt 2": attempt(2, "_OTHER", "pattern: 503"),
+			"tool attempt 3": attempt(3, "_OTHER", "pattern: 503"),
+		},
+		status: map[string]string{"tool": "503 service unavailable", "tool attempt 1": "503 service unavailable", "tool attempt 3": "503 service unavailable"},
+	}, {
+		name: "a provider's answer",
+		call: tool(errOverloaded),
+		want: map[string][]attribute.KeyValue{
+			"tool": kv(telemetry.Layer.String("tool"), telemetry.Outcome.String("failed_exhausted"), telemetry.Attempts.Int(3),
+				telemetry.Diagnosis.String("failed after 3 attempts: 503 overloaded_error: Overloaded"), telemetry.Calls.Int64(3), telemetry.CallsWorstCase.Int64(3),
+				telemetry.ErrorClass.String("transient"), semconv.ErrorType.String("overloaded_error")),
+			"tool attempt 1": attempt(1, "overloaded_error", "http 503 overloaded_error"),
+			"tool attempt 3": attempt(3, "overloaded_error", "http 503 overloaded_error"),
+		},
+		status: map[string]string{"tool": "Overloaded", "tool attempt 2": "Overloaded"},
+	}, {
+		name: "nested layers",
+		call: func(opts []middleware.Option) error {
+			h := func(context.Context, string) (string, error) { return "", plain }
+			session := middleware.Layer[string, string]("session", spec(retry(3, 0, nil)), opts...)
+			runtime := middleware.Layer[string, string]("runtime", spec(retry(2, 0, nil)), opts...)
+			_, err := runtime(session(h))(context.Background(), "q")
+			return err
+		},
+		want: map[string][]attribute.KeyValue{
+			"runtime": kv(telemetry.Layer.String("runtime"), telemetry.Outcome.String("failed_exhausted"), telemetry.MaxAttempts.Int(2), telemetry.Attempts.Int(2),
+				telemetry.Diagnosis.String("failed after 2 attempts: session: failed after 3 attempts: 503 service unavailable"), telemetry.Calls.Int64(6), telemetry.CallsWorstCase.Int64(6),
+				telemetry.ErrorClass.String("transient"), semconv.ErrorType.String("_OTHER")),
+			"session": kv(telemetry.Layer.String("session"), telemetry.RetryDepth.Int(1), telemetry.Outcome.String("failed_exhausted"), telemetry.MaxAttempts.Int(3), telemetry.Attempts.Int(3),
+				telemetry.Diagnosis.String("failed after 3 attempts: 503 service unavailable"),
+				telemetry.ErrorClass.String("transient"), semconv.ErrorType.String("_OTHER")),
+			"session attempt 3": attempt(3, "_OTHER", "pattern: 503"),
+		},
+		status: map[string]string{"runtime": "503 service unavailable", "session": "503 service unavailable"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec, tp := recorder(t)
+			// Twice: the first call of a layer and the calls after it alike.
+			for range 2 {
+				require.Error(t, tc.call([]middleware.Option{tp}))
+			}
+			got := map[string][][]attribute.KeyValue{}
+			status := map[string][]sdktrace.Status{}
+			for _, s := range rec.Ended() {
+				name := s.Name()
+				if v, ok := attr(s, telemetry.Attempt); ok {
+					name += " " + v.Emit()
+				}
+				got[name] = append(got[name], sorted(s))
+				status[name] = append(status[name], s.Status())
+			}
+			for name, want := range tc.want {
+				require.NotEmpty(t, got[name], "no span %q", name)
+				for _, attrs := range got[name] {
+					assert.Equal(t, sortedKVs(want), attrs, name)
+				}
+			}
+			for name, want := range tc.status {
+				require.NotEmpty(t, status[name], "no span %q", name)
+				for _, st := range status[name] {
+					assert.Equal(t, sdktrace.Status{Code: codes.Error, Description: want}, st, name)
+				}
+			}
+		})
+	}
 }

@@ -2,7 +2,6 @@ package policies
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -62,7 +61,14 @@ type Error struct {
 
 // diagnosis is a stop's diagnosis, worded once when first asked for. It is
 // held by pointer so that an Error stays a plain value to copy and compare.
-type diagnosis struct{ text atomic.Pointer[string] }
+// The first wording to claim it is kept in own, which text then points at:
+// the kept diagnosis needs no allocation of its own, and own is written
+// once, before text publishes it.
+type diagnosis struct {
+	text    atomic.Pointer[string]
+	claimed atomic.Bool
+	own     string
+}
 
 // Error words the failure: for a layer's stop, the layer and its diagnosis
 // ("session: failed after 4 attempts: 503 server_error: …"); for a
@@ -136,7 +142,7 @@ func (e *Error) text() string {
 	var b strings.Builder
 	b.Grow(len(e.Code) + len(e.Message) + 8)
 	if e.StatusCode != 0 {
-		b.WriteString(strconv.Itoa(e.StatusCode))
+		b.WriteString(statusText(e.StatusCode)) // made once: no string of its own per answer worded
 	}
 	if e.Code != "" {
 		if b.Len() > 0 {

@@ -23,8 +23,9 @@ func (e *Error) Diagnosis() string {
 	if len(e.known) > 0 {
 		d = redact.Known(d, e.known) // the reason and type too: they are worded from the error's fields
 	}
-	if e.diag != nil {
-		e.diag.text.Store(&d)
+	if e.diag != nil && e.diag.claimed.CompareAndSwap(false, true) {
+		e.diag.own = d
+		e.diag.text.Store(&e.diag.own)
 	}
 	return d
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,6 +110,29 @@ func TestRetryUnderFailsafeWith(t *testing.T) {
 		return "", errors.New("weird")
 	})
 	assert.ErrorIs(t, err, retrypolicy.ErrExceeded, "an exhausted retry matches failsafe-go's ErrExceeded")
+}
+
+// A stop's diagnosis is worded once and read alike by every goroutine that
+// asks for it at once, the first time as every time after.
+func TestDiagnosisReadConcurrently(t *testing.T) {
+	retry := NewRetry[string](RetryConfig{MaxAttempts: 1})
+	_, err := failsafe.With(retry).Get(func() (string, error) {
+		return "", &Error{StatusCode: 400, Code: "invalid_request_error"}
+	})
+	var fe *Error
+	require.ErrorAs(t, err, &fe)
+	const readers = 8
+	got := make([]string, readers)
+	var wg sync.WaitGroup
+	for i := range readers {
+		wg.Go(func() { got[i] = fe.Diagnosis() })
+	}
+	wg.Wait()
+	want := "failed permanently: 400 invalid_request_error [permanent: http 400 invalid_request_error]"
+	for i := range readers {
+		assert.Equal(t, want, got[i], "reader %d", i)
+	}
+	assert.Equal(t, want, fe.Diagnosis())
 }
 
 func TestRetryWithBreakerUnderFailsafeWith(t *testing.T) {

@@ -9,9 +9,9 @@ const (
 	Layer          = attribute.Key("retrace.layer")            // layer span: runtime, session, model, tool, http, or the user's name
 	Attempt        = attribute.Key("retrace.attempt")          // attempt span: 1-based attempt number
 	Attempts       = attribute.Key("retrace.attempts")         // retrying layer span: attempts made
-	MaxAttempts    = attribute.Key("retrace.max_attempts")     // retrying layer span: the limit
+	MaxAttempts    = attribute.Key("retrace.max_attempts")     // retrying layer span: the limit; absent when unknown (a failsafe-go retry policy's) and, on the outermost layer span, when it equals retrace.calls.worst_case, which then states it
 	RetryDelayMs   = attribute.Key("retrace.retry.delay_ms")   // attempt span: the backoff waited before this attempt (absent on the first)
-	RetryDepth     = attribute.Key("retrace.retry.depth")      // layer span: retrying layers enclosing this one (0 = outermost)
+	RetryDepth     = attribute.Key("retrace.retry.depth")      // layer span, when not zero: retrying layers enclosing this one; absent means 0 (no retrying layer encloses it, as none encloses the outermost)
 	ErrorClass     = attribute.Key("retrace.error.class")      // failed span: a policies.Class
 	ErrorReason    = attribute.Key("retrace.error.reason")     // failed attempt span (a layer span when it has no attempt spans): the rule that classified the error ("http 429", "marker: invalid api key")
 	Outcome        = attribute.Key("retrace.outcome")          // layer span: how the call ended, one of the Outcome… values (success, success_after_retry, failed_permanent, failed_fatal, failed_unknown, failed_transient, failed_user_action, failed_exhausted, budget_exhausted, rejected, canceled, step_limit)

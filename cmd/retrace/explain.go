@@ -393,7 +393,7 @@ func nesting(root *node, all []*node) ([]NestedLayer, int64) {
 	for _, n := range all {
 		if n.isLayer() {
 			spanned[n.str(telemetry.Layer)] = true
-			if n.num(telemetry.MaxAttempts) > 1 {
+			if n.retries() {
 				visible[n.str(telemetry.Layer)] = true
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/telemetry/setup"
 )
@@ -56,6 +57,13 @@ func (n *node) str(k attribute.Key) string { return n.attrs[k].AsString() }
 func (n *node) num(k attribute.Key) int64  { return n.attrs[k].AsInt64() }
 func (n *node) has(k attribute.Key) bool   { _, ok := n.attrs[k]; return ok }
 func (n *node) failed() bool               { return n.s.Status().Code == codes.Error }
+
+// retries reports whether n is a layer span that allows more than one
+// attempt, by the limit it states (instrument.MaxAttempts).
+func (n *node) retries() bool {
+	m, ok := instrument.MaxAttempts(n.attrs)
+	return ok && m > 1
+}
 
 // isLayer: a layer span. isAttempt: an attempt span. isPolicy: a policy span.
 func (n *node) isLayer() bool {
@@ -187,7 +195,7 @@ func (f *forest) descend() {
 			k.layer, k.retrying = n.layer, n.retrying
 			if n.isLayer() {
 				k.layer = n
-				if n.num(telemetry.MaxAttempts) > 1 {
+				if n.retries() {
 					k.retrying = n
 				}
 			}

@@ -303,6 +303,40 @@ func TestExplainRefusals(t *testing.T) {
 	assert.Contains(t, stdout, "  breaker     layer model: refused 1, probed 0\n")
 }
 
+// The outermost layer span of a retrying layer whose limit equals its worst
+// case states the limit only as retrace.calls.worst_case: explain reads it
+// as retrying all the same, and an SDK's resends beneath it are advised on.
+// Without retrace.attempts the same span is no retrying layer, and nothing is.
+func TestExplainReadsTheOutermostLimitFromTheWorstCase(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		layer  []attribute.KeyValue
+		advice bool
+	}{
+		{"retrying", []attribute.KeyValue{telemetry.Layer.String("session"), telemetry.Outcome.String("success"),
+			telemetry.Attempts.Int(1), telemetry.Calls.Int(1), telemetry.CallsWorstCase.Int(4)}, true},
+		{"not retrying", []attribute.KeyValue{telemetry.Layer.String("session"), telemetry.Outcome.String("success"),
+			telemetry.Calls.Int(1), telemetry.CallsWorstCase.Int(4)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := otlpFile(t, traceOf(1,
+				fake{id: 1, name: "session", attrs: tc.layer},
+				fake{id: 2, parent: 1, name: "session attempt", attrs: []attribute.KeyValue{telemetry.Attempt.Int(1)}},
+				fake{id: 3, parent: 2, name: "POST", attrs: []attribute.KeyValue{semconv.HTTPResendCount.Int(2)}},
+			))
+			var kinds []string
+			for _, ad := range explainJSON(t, "-otlp-file", file).Advice {
+				kinds = append(kinds, ad.Kind)
+			}
+			if tc.advice {
+				assert.Contains(t, kinds, "sdk_retries")
+			} else {
+				assert.NotContains(t, kinds, "sdk_retries")
+			}
+		})
+	}
+}
+
 // Names and messages are untrusted text: no control character or
 // bidirectional override reaches the terminal, and each span stays one row.
 func TestExplainPrintsNoControlCharacters(t *testing.T) {

@@ -43,6 +43,11 @@ type BreakerLimits struct {
 // decision. It is safe for concurrent use.
 type Breaker struct {
 	lim BreakerLimits
+	// lim is read by every step and never written; mu and rec are written
+	// by every step. The pad keeps them on separate cache lines: without it
+	// lim's last fields share one with mu, and every goroutine's lock takes
+	// from the others the line each step then reads its settings from.
+	_ [64]byte
 
 	mu sync.Mutex
 	// rec is the local record: the breaker's state without a shared State,

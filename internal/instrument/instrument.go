@@ -10,6 +10,7 @@ package instrument
 import (
 	"strconv"
 
+	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 
 	"github.com/retrace-go/retrace/telemetry"
@@ -94,4 +95,23 @@ func MetricErrorType(errorType string) string {
 		}
 	}
 	return telemetry.ErrorTypeOther
+}
+
+// MaxAttempts reads a layer span's limit from its attributes: its
+// retrace.max_attempts, else, on the outermost span of a retrying layer
+// (one with retrace.attempts and retrace.calls), its
+// retrace.calls.worst_case, which a limit equal to it is left out for;
+// false when the span states no limit (a layer that does not retry, or
+// whose limit is unknown). It is the one reading of that rule, for what
+// reads retrace's spans back (the console tree, retrace explain).
+func MaxAttempts(attrs map[attribute.Key]attribute.Value) (int64, bool) {
+	if m, ok := attrs[telemetry.MaxAttempts]; ok {
+		return m.AsInt64(), true
+	}
+	_, retrying := attrs[telemetry.Attempts]
+	_, outermost := attrs[telemetry.Calls]
+	if w, ok := attrs[telemetry.CallsWorstCase]; ok && retrying && outermost {
+		return w.AsInt64(), true
+	}
+	return 0, false
 }

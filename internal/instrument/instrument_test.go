@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"go.opentelemetry.io/otel/attribute"
 	"go.uber.org/goleak"
 
 	"github.com/retrace-go/retrace/internal/instrument"
@@ -38,5 +39,38 @@ func TestBucketsAreFresh(t *testing.T) {
 		a := buckets()
 		a[0] = -1
 		assert.NotEqual(t, a[0], buckets()[0])
+	}
+}
+
+// A layer span's limit is its retrace.max_attempts; the outermost span of
+// a retrying layer that leaves it out, because its worst case equals it,
+// states it as retrace.calls.worst_case; a span of a layer that does not
+// retry, or whose limit is unknown, states none.
+func TestMaxAttempts(t *testing.T) {
+	attrs := func(kvs ...attribute.KeyValue) map[attribute.Key]attribute.Value {
+		m := map[attribute.Key]attribute.Value{}
+		for _, kv := range kvs {
+			m[kv.Key] = kv.Value
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name  string
+		attrs map[attribute.Key]attribute.Value
+		want  int64
+		ok    bool
+	}{
+		{"stated", attrs(telemetry.MaxAttempts.Int(4), telemetry.Attempts.Int(1), telemetry.RetryDepth.Int(1)), 4, true},
+		{"stated beside a worst case", attrs(telemetry.MaxAttempts.Int(2), telemetry.Attempts.Int(1), telemetry.Calls.Int(1), telemetry.CallsWorstCase.Int(8)), 2, true},
+		{"the outermost, by its worst case", attrs(telemetry.Attempts.Int(3), telemetry.Calls.Int(3), telemetry.CallsWorstCase.Int(3)), 3, true},
+		{"the outermost of a layer that does not retry", attrs(telemetry.Calls.Int(1), telemetry.CallsWorstCase.Int(12)), 0, false},
+		{"unknown: a failsafe-go retry policy's", attrs(telemetry.Attempts.Int(2), telemetry.Calls.Int(2)), 0, false},
+		{"a nested layer without one", attrs(telemetry.Attempts.Int(2), telemetry.RetryDepth.Int(1)), 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := instrument.MaxAttempts(tc.attrs)
+			assert.Equal(t, tc.ok, ok)
+			assert.Equal(t, tc.want, got)
+		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/internal/instrument"
 	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -132,8 +133,8 @@ func line(s sdktrace.ReadOnlySpan) string {
 		o := "outcome=" + v.AsString()
 		if n, ok := attrs[telemetry.Attempts]; ok {
 			o += fmt.Sprintf(" attempts=%d", n.AsInt64())
-			if m, ok := attrs[telemetry.MaxAttempts]; ok {
-				o += fmt.Sprintf("/%d", m.AsInt64())
+			if m, ok := instrument.MaxAttempts(attrs); ok {
+				o += fmt.Sprintf("/%d", m)
 			}
 		}
 		parts = append(parts, o)

@@ -110,6 +110,33 @@ func TestConsoleTreeSaysWhatIsNotCounted(t *testing.T) {
 	assert.Contains(t, lines[2], "uncounted=handshake")
 }
 
+// A retrying layer's row shows its attempts out of its limit: the
+// outermost layer span's limit, left out where its worst case states it,
+// is read from retrace.calls.worst_case; a limit the span states wins; a
+// layer with neither shows its attempts alone.
+func TestConsoleTreeShowsTheLimit(t *testing.T) {
+	var out bytes.Buffer
+	tp, shutdown, err := setup.NewTracerProvider(context.Background(), setup.WithEnv(env()), setup.WithConsole(&out))
+	require.NoError(t, err)
+	tr := tp.Tracer("t")
+	ctx, root := tr.Start(context.Background(), "runtime")
+	_, stated := tr.Start(ctx, "session")
+	stated.SetAttributes(telemetry.Outcome.String("success"), telemetry.RetryDepth.Int(1), telemetry.MaxAttempts.Int(4), telemetry.Attempts.Int(2))
+	stated.End()
+	_, unknown := tr.Start(ctx, "plain")
+	unknown.SetAttributes(telemetry.Outcome.String("success"), telemetry.RetryDepth.Int(1), telemetry.Attempts.Int(2))
+	unknown.End()
+	root.SetAttributes(telemetry.Outcome.String("failed_exhausted"), telemetry.Attempts.Int(3), telemetry.Calls.Int(3), telemetry.CallsWorstCase.Int(3))
+	root.End()
+	require.NoError(t, shutdown(context.Background()))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 4)
+	assert.Contains(t, lines[1], "outcome=failed_exhausted attempts=3/3  calls=3")
+	assert.Contains(t, lines[2], "outcome=success attempts=2/4")
+	assert.Contains(t, lines[3], "outcome=success attempts=2")
+	assert.NotContains(t, lines[3], "attempts=2/")
+}
+
 // collector is an OTLP gRPC trace receiver on 127.0.0.1.
 type collector struct {
 	collectortrace.UnimplementedTraceServiceServer
