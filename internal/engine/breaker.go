@@ -59,6 +59,13 @@ type Breaker struct {
 	view     state.BreakerView
 	degraded bool
 
+	// now mirrors the state State reports (the shared view's, or the local
+	// record's), written under mu after every step that may change it:
+	// read at every retry (a breaker inside the loop refuses the next
+	// attempt while it is open), it is read without taking the lock the
+	// steps of every other call hold.
+	now atomic.Int32
+
 	watchMu  sync.Mutex
 	watchers atomic.Pointer[[]watcher] // copied on write: notify reads them without a lock
 }
@@ -152,6 +159,7 @@ func (b *Breaker) local(op state.BreakerOp, clk clock.Clock) state.BreakerView {
 		op.Now = b.clock(clk).Now()
 	}
 	v := b.rec.Apply(op)
+	b.publish()
 	b.mu.Unlock()
 	if v.Changed {
 		b.notify(v.From, v.State)
@@ -170,6 +178,7 @@ func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView
 	if err == nil {
 		b.view = v
 	}
+	b.publish()
 	b.mu.Unlock()
 	if err == nil && v.Changed {
 		b.notify(v.From, v.State)
@@ -230,12 +239,16 @@ func (b *Breaker) Set(to circuitbreaker.State, clk clock.Clock) {
 // With a shared State it is the state as the last step on it left it, or
 // the local state while the shared one fails.
 func (b *Breaker) State() circuitbreaker.State {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	return circuitbreaker.State(b.now.Load())
+}
+
+// publish stores the state State reports; the caller holds mu.
+func (b *Breaker) publish() {
+	st := b.rec.State
 	if b.sharedView() {
-		return b.view.State
+		st = b.view.State
 	}
-	return b.rec.State
+	b.now.Store(int32(st))
 }
 
 // sharedView reports whether the shared record decides now; the caller
