@@ -19,7 +19,7 @@ import (
 // the span covers the answer and records how it ended; and it watches an
 // event stream for its terminator, so that a stream that ends without one
 // (a dropped connection that closed cleanly, a proxy that cut it) fails the
-// reader with a *policies.StreamError instead of passing for a short
+// reader with a *policies.Error of type stream_dropped instead of passing for a short
 // answer. It never changes the bytes read.
 type tracedBody struct {
 	rc  io.ReadCloser

@@ -11,10 +11,10 @@ import (
 	"github.com/retrace-go/retrace/policies"
 )
 
-// FuzzAPIErrorFrom feeds APIErrorFrom any status and any body: it never
+// FuzzErrorFrom feeds ErrorFrom any status and any body: it never
 // panics, always returns an error with that status and a message of at most
 // 1 KiB of valid UTF-8, and leaves the body readable in full, byte for byte.
-func FuzzAPIErrorFrom(f *testing.F) {
+func FuzzErrorFrom(f *testing.F) {
 	for _, seed := range []struct {
 		status int
 		body   string

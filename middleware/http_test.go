@@ -362,7 +362,7 @@ func httpResponse(status int, header http.Header, body string) *http.Response {
 	return &http.Response{StatusCode: status, Header: header, Body: io.NopCloser(strings.NewReader(body))}
 }
 
-func TestAPIErrorFrom(t *testing.T) {
+func TestErrorFrom(t *testing.T) {
 	cases := []struct {
 		name   string
 		status int
@@ -454,10 +454,10 @@ func TestAPIErrorFrom(t *testing.T) {
 	})
 }
 
-// APIErrorFrom reads at most 1 MiB of the body and puts what it read back:
+// ErrorFrom reads at most 1 MiB of the body and puts what it read back:
 // the caller reads the whole body, whatever its size, and closing it closes
 // the original.
-func TestAPIErrorFromLeavesTheBodyWhole(t *testing.T) {
+func TestErrorFromLeavesTheBodyWhole(t *testing.T) {
 	errorJSON := `{"error":{"type":"overloaded_error","message":"Overloaded"}}`
 	cases := []struct {
 		name string
@@ -497,9 +497,9 @@ func TestAPIErrorFromLeavesTheBodyWhole(t *testing.T) {
 	}
 }
 
-// A body that fails while APIErrorFrom reads it gives an error with the
+// A body that fails while ErrorFrom reads it gives an error with the
 // status only; what was read, and the failure, still reach the caller.
-func TestAPIErrorFromBodyReadFails(t *testing.T) {
+func TestErrorFromBodyReadFails(t *testing.T) {
 	broken := errors.New("connection reset")
 	resp := &http.Response{StatusCode: 503, Header: http.Header{}, Body: io.NopCloser(io.MultiReader(
 		strings.NewReader(`{"error":`), errReader{broken}))}

@@ -164,7 +164,7 @@ type beneath struct {
 
 // classifiedBeneath returns the classification raw of the failure beneath
 // that err stands for, if the classifier by classified it: err is that
-// failure's error, or wraps it (a session's TurnError around its model
+// failure's error, or wraps it (a handler's fmt.Errorf with %w around its model
 // call's error).
 func (f *frame) classifiedBeneath(err error, by *policies.Classifier) (policies.Classification, bool) {
 	b := f.failedBeneath.Load()

@@ -41,7 +41,7 @@ type RequestMiddleware = func(req *http.Request, next func(*http.Request) (*http
 //     closed; an event stream that ends without its protocol's terminator
 //     (OpenAI's [DONE], Anthropic's message_stop, the Responses API's
 //     response.completed), or whose connection breaks, fails the user's
-//     stream reader with a *policies.StreamError (error.type
+//     stream reader with a *policies.Error (error.type
 //     stream_dropped, Transient), so that a short answer never passes for a
 //     whole one; an error event in the stream is recorded on the span;
 //   - a failure it read is carried up: a layer above whose handler returns

@@ -33,7 +33,7 @@ import (
 //
 // Each request is a leaf call, counted in retrace.calls. A successful
 // answer's body is watched as [SDK] watches it: an event stream without its
-// terminator fails the reader with a *policies.StreamError, and without a
+// terminator fails the reader with a *policies.Error of type stream_dropped, and without a
 // retry policy the request's span ends with the body. The credentials in
 // each request's headers are secrets of the call. To see the requests of an
 // SDK's own retries, use [SDK], which also knows where each request stands
