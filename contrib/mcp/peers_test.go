@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -331,6 +332,18 @@ func (c checkRun) total(m map[string]int) int {
 	return n
 }
 
+// scenarioOf is the scenario a result directory holds, its run's time cut.
+func scenarioOf(rel string) string {
+	if loc := runTime.FindStringIndex(rel); loc != nil && loc[0] > 0 {
+		return rel[:loc[0]]
+	}
+	return rel
+}
+
+// runTime is the timestamp the conformance suite appends to a scenario's
+// directory.
+var runTime = regexp.MustCompile(`-\d{4}-\d{2}-\d{2}T\d{2}[-:].*$`)
+
 // readChecks reads the checks.json files of a conformance run's output.
 func readChecks(t *testing.T, dir string) checkRun {
 	t.Helper()
@@ -340,10 +353,11 @@ func readChecks(t *testing.T, dir string) checkRun {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, filepath.Dir(path))
-		scenario := rel
-		if i := strings.LastIndex(rel, "-20"); i > 0 {
-			scenario = rel[:i] // the run's timestamp
-		}
+		// The suite names each scenario's directory after the run's time
+		// (name-2026-12-04T04-58-20-123Z): the name is what comes before
+		// it. Cut at the date's shape, not at the first "-20" from the
+		// end, which a run at 20 seconds past the minute also holds.
+		scenario := scenarioOf(rel)
 		raw, err := os.ReadFile(path)
 		if err != nil {
 			return err
@@ -369,4 +383,21 @@ func readChecks(t *testing.T, dir string) checkRun {
 		t.Fatal(err)
 	}
 	return run
+}
+
+// A result directory's scenario is its name without the run's time,
+// whatever second the run began at: at 20 seconds past the minute the
+// time holds "-20" after the date too.
+func TestScenarioOf(t *testing.T) {
+	for rel, want := range map[string]string{
+		"tools_call-2026-12-04T04-58-20-123Z":                         "tools_call",
+		"auth/basic-cimd-2026-12-04T04-58-20-777Z":                    "auth/basic-cimd",
+		"auth/2025-03-26-oauth-endpoint-fallback-2026-12-04T04-58-07": "auth/2025-03-26-oauth-endpoint-fallback",
+		"initialize-2026-12-04T04:58:20.123Z":                         "initialize",
+		"no-time-here":                                                "no-time-here",
+	} {
+		if got := scenarioOf(rel); got != want {
+			t.Errorf("scenarioOf(%q) = %q, want %q", rel, got, want)
+		}
+	}
 }
