@@ -10,10 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,6 +28,7 @@ var imports = map[string]string{
 	"errors":        "errors",
 	"fmt":           "fmt",
 	"http":          "net/http",
+	"os":            "os",
 	"time":          "time",
 	"failsafe":      "github.com/failsafe-go/failsafe-go",
 	"tracetest":     "go.opentelemetry.io/otel/sdk/trace/tracetest",
@@ -59,36 +63,72 @@ var imports = map[string]string{
 // an eino chat model.
 const einoOpenAI = "github.com/cloudwego/eino-ext/components/model/openai"
 
-// snippet is one ```go block of the README.
+// snippet is one fenced block of the README: for a ```go block, statements
+// or a whole file (it begins with its package clause); with the HTML comment
+// on the line before its fence, if any, that marks it.
 type snippet struct {
-	line int
-	code string
+	line   int
+	lang   string // what follows the fence: go, sh, or nothing
+	code   string
+	marker string
 }
 
+// file says whether the snippet is a whole Go file, not statements.
+func (s snippet) file() bool {
+	_, err := parser.ParseFile(token.NewFileSet(), "snippet.go", s.code, parser.PackageClauseOnly)
+	return err == nil
+}
+
+// snippets returns the README's ```go blocks.
 func snippets(t *testing.T, readme string) []snippet {
-	data, err := os.ReadFile(readme)
-	require.NoError(t, err)
 	var out []snippet
-	var cur *snippet
-	for i, l := range strings.Split(string(data), "\n") {
-		switch {
-		case cur == nil && strings.TrimSpace(l) == "```go":
-			cur = &snippet{line: i + 2}
-		case cur != nil && strings.TrimSpace(l) == "```":
-			out = append(out, *cur)
-			cur = nil
-		case cur != nil:
-			cur.code += l + "\n"
+	for _, s := range fenced(t, readme) {
+		if s.lang == "go" {
+			out = append(out, s)
 		}
 	}
 	return out
 }
 
-// The README's Go snippets compile as written, with only the names
-// readme/given.go declares taken as given (a reader's own types, ctx), and
-// none declares a variable that hides a package the README uses.
+// fenced returns every fenced block of the README.
+func fenced(t *testing.T, readme string) []snippet {
+	data, err := os.ReadFile(readme)
+	require.NoError(t, err)
+	var out []snippet
+	var cur *snippet
+	prev := ""
+	for i, l := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimSpace(l)
+		switch {
+		case cur == nil && strings.HasPrefix(trimmed, "```"):
+			cur = &snippet{line: i + 2, lang: strings.TrimPrefix(trimmed, "```")}
+			if strings.HasPrefix(prev, "<!--") {
+				cur.marker = prev
+			}
+		case cur != nil && trimmed == "```":
+			out = append(out, *cur)
+			cur = nil
+		case cur != nil:
+			cur.code += l + "\n"
+		}
+		if trimmed != "" {
+			prev = trimmed
+		}
+	}
+	return out
+}
+
+// The README's Go snippets of statements compile as written, with only the
+// names readme/given.go declares taken as given (a reader's own types, ctx),
+// and none declares a variable that hides a package the README uses.
+// Whole files are TestREADMEPrograms'.
 func TestREADMESnippetsCompile(t *testing.T) {
-	all := snippets(t, "../../README.md")
+	var all []snippet
+	for _, s := range snippets(t, "../../README.md") {
+		if !s.file() {
+			all = append(all, s)
+		}
+	}
 	require.NotEmpty(t, all)
 	for _, s := range all {
 		_, names, _, err := wrap(s.code)
@@ -206,4 +246,41 @@ func wrap(code string) (string, []string, map[string]string, error) {
 		fmt.Fprintf(&b, "_ = %s\n", n)
 	}
 	return b.String(), names, pkgs, nil
+}
+
+// Every link of the README to one of its own sections (the contents, "see
+// below") names a heading that is there, by the anchor GitHub gives it.
+func TestREADMELinksToItsSections(t *testing.T) {
+	data, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	anchors := map[string]bool{}
+	inFence := false
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			inFence = !inFence
+		}
+		if !inFence && strings.HasPrefix(l, "#") {
+			anchors[anchor(strings.TrimLeft(l, "# "))] = true
+		}
+	}
+	links := regexp.MustCompile(`\]\(#([^)]+)\)`).FindAllStringSubmatch(string(data), -1)
+	require.NotEmpty(t, links)
+	for _, m := range links {
+		assert.True(t, anchors[m[1]], "README.md links to #%s, which no heading is", m[1])
+	}
+}
+
+// anchor is GitHub's anchor of a heading: lower case, spaces to hyphens,
+// other punctuation dropped.
+func anchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
