@@ -77,12 +77,13 @@ type spanIDs struct {
 }
 
 // SpanContext is the span that recorded the failure, whose trace holds the
-// whole story of the call: for a layer's stop, the span of that layer, and
-// of the outermost layer that stopped on it (a layer that stops on a stop
-// beneath for the same reason, which it returns as it is, names its own
-// span: the failure of a runtime around a session names the runtime's span,
-// the root of the trace); for a refusal, a timeout or a panic a layer
-// without a retry returns, that layer's span; for a stop a handler makes of
+// whole story of the call. For a layer's stop it is the span of the
+// outermost layer that stopped on it: a layer that stops after one attempt
+// on a stop beneath for the same reason returns that stop as it reads (its
+// Layer, its diagnosis) but naming its own span, so that a rejected key
+// through a runtime around a session names the runtime's span, the root of
+// the trace. For a refusal, a timeout or a panic that a layer without a
+// retry returns, it is that layer's span; for a stop a handler makes of
 // its own (an agent loop's step limit), the span of the layer it ends.
 //
 // It is the zero SpanContext (IsValid is false) when no span recorded the
