@@ -14,6 +14,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/budget"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/failure"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -185,7 +186,7 @@ func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (string, int, 
 	case c.looped != "":
 		outcome, attempts, cls = string(c.looped), c.attempts, c.lastCls()
 		if f := c.fail; f != nil && f.reported {
-			err = l.judge.Fail(c.secretCtx(ctx), l.name, f.report, cls)
+			err = l.judge.Fail(c.secretCtx(ctx), l.name, f.report, cls, c.spanContext())
 			cls = policies.Classify(err) // the failure's own: canceled when the caller ended it
 		}
 	case err != nil:
@@ -193,13 +194,38 @@ func (c *call[Req, Resp]) verdict(ctx context.Context, err error) (string, int, 
 		outcome = l.outcome(ctx, c, err, cls)
 		if l.retrying() || c.budgetOut {
 			err = l.judge.Fail(c.secretCtx(ctx), l.name, engine.Report{Attempts: c.attempts, Outcome: outcome, Err: err,
-				Failure: c.failures().last.fail, Cause: causeIf(ctx, outcome)}, cls)
+				Failure: c.failures().last.fail, Cause: causeIf(ctx, outcome)}, cls, c.spanContext())
 			cls = policies.Classify(err)
+		} else if c.recording {
+			err = l.judge.Named(err, c.spanContext())
 		}
 	case c.attempts > 1:
 		outcome = telemetry.OutcomeSuccessAfterRetry
 	}
 	return outcome, attempts, cls, err
+}
+
+// spanContext is the layer span as the call's failure names it
+// (policies.Error.SpanContext): its IDs when it records and is sampled,
+// else the zero SpanContext. It is asked only when the call failed.
+func (c *call[Req, Resp]) spanContext() trace.SpanContext {
+	if !c.recording {
+		return trace.SpanContext{}
+	}
+	return failure.SpanOf(c.span)
+}
+
+// mark names the layer span on e, an error the layer made in this call (a
+// breaker's or bulkhead's refusal, an attempt's timeout, a handler's panic),
+// when no stop of the layer's will wrap it: in a layer without a retry, e
+// is what the caller gets. A retrying layer's stop names the span instead.
+func (c *call[Req, Resp]) mark(err error) {
+	if !c.recording || c.l.retrying() {
+		return
+	}
+	if e, ok := err.(*policies.Error); ok {
+		c.l.judge.Mark(e, c.spanContext())
+	}
 }
 
 // outcome is how a call whose error did not come out of retrace's retry

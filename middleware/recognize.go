@@ -7,6 +7,7 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
@@ -24,7 +25,9 @@ type judge interface {
 	Classifier() *policies.Classifier
 	Judge(ctx context.Context, fallback *policies.Classifier, err error) (policies.Classification, engine.Failure)
 	Judged(ctx context.Context, cls policies.Classification, err error) (policies.Classification, engine.Failure)
-	Fail(ctx context.Context, layer string, rep engine.Report, cls policies.Classification) error
+	Fail(ctx context.Context, layer string, rep engine.Report, cls policies.Classification, span trace.SpanContext) error
+	Named(err error, span trace.SpanContext) error
+	Mark(e *policies.Error, span trace.SpanContext)
 }
 
 type retryPolicy interface {

@@ -27,7 +27,7 @@ import (
 func leafStep[Req, Resp any](next Handler[Req, Resp]) step[Req, Resp] {
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		c.frame.nested.Store(false)
-		resp, err := callHandler(ctx, next, req)
+		resp, err := callHandler(ctx, c, next, req)
 		if !c.frame.nested.Load() {
 			why := c.l.cfg.uncounted
 			if err != nil && isUnsent(err) {
@@ -81,10 +81,11 @@ func isUnsent(err error) bool {
 // callHandler is the one place retrace recovers a handler's panics: a
 // panicking handler becomes a Programming error, and the permits held
 // around it are released.
-func callHandler[Req, Resp any](ctx context.Context, next Handler[Req, Resp], req Req) (resp Resp, err error) {
+func callHandler[Req, Resp any](ctx context.Context, c *call[Req, Resp], next Handler[Req, Resp], req Req) (resp Resp, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = failure.Recovered(v, debug.Stack())
+			c.mark(err)
 		}
 	}()
 	return next(ctx, req)
@@ -115,6 +116,7 @@ func (c *call[Req, Resp]) endPolicySpan(ctx context.Context, span trace.Span, er
 // reject ends an attempt that the layer's own breaker or bulkhead refused.
 func (c *call[Req, Resp]) reject(ctx context.Context, policy string, rej error, attrs ...attribute.KeyValue) (Resp, error) {
 	c.rejected = true
+	c.mark(rej)
 	_, span := c.policySpan(ctx, policy, attrs...)
 	c.endPolicySpan(ctx, span, rej)
 	var zero Resp
@@ -201,6 +203,7 @@ func (l *layer[Req, Resp]) bulkheadStep(h bulkheadPolicy, next step[Req, Resp]) 
 			if err := h.Acquire(ctx, l.clock()); err != nil {
 				if e, full := err.(*policies.Error); full && errors.Is(e, bulkhead.ErrFull) {
 					c.rejected = true
+					c.mark(e) // made by this refusal; a context's end is not
 				}
 				c.endPolicySpan(ctx, span, err)
 				var zero Resp
@@ -234,6 +237,7 @@ func (l *layer[Req, Resp]) timeoutStep(h timeoutPolicy, next step[Req, Resp]) st
 		}
 		if fired {
 			err = h.Expired(err)
+			c.mark(err)
 			if span == nil {
 				_, span = c.policySpan(ctx, telemetry.PolicyTimeout)
 			}

@@ -9,6 +9,9 @@ import (
 	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/failsafe-go/failsafe-go/timeout"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/retrace-go/retrace/internal/errchain"
 	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -33,6 +36,9 @@ import (
 // (and Type): the classifier takes it as given. One with no Class but a
 // StatusCode, Code or Message is a server's answer, classified by the
 // rules as the same answer from an SDK would be.
+//
+// [Error.SpanContext] names the span that recorded the failure, so that a
+// failure leads to its trace; [TraceOf] finds it in any error's chain.
 type Error struct {
 	// What failed.
 	Class      Class         // what retrying can achieve; empty: the rules decide
@@ -57,6 +63,78 @@ type Error struct {
 	cause error      // the context's cause, when the caller's context ended the call
 	known []string   // the secrets of the layer's context, redacted by exact value
 	diag  *diagnosis // where a layer's stop keeps its diagnosis once worded; nil: worded when asked
+	at    *spanIDs   // the span that recorded the failure; nil: no span did (see SpanContext)
+}
+
+// spanIDs are the IDs of the span that recorded a failure. They are held
+// by pointer, and never written once an Error names them, so that an Error
+// whose call no span recorded is no larger, and copies of an Error share
+// them as they share its strings. Only the IDs are kept: the span's
+// tracestate is the propagated data of whoever called, not the failure's.
+type spanIDs struct {
+	trace trace.TraceID
+	span  trace.SpanID
+}
+
+// SpanContext is the span that recorded the failure, whose trace holds the
+// whole story of the call. For a layer's stop it is the span of the
+// outermost layer that stopped on it: a layer that stops after one attempt
+// on a stop beneath for the same reason returns that stop as it reads (its
+// Layer, its diagnosis) but naming its own span, so that a rejected key
+// through a runtime around a session names the runtime's span, the root of
+// the trace. For a refusal, a timeout or a panic that a layer without a
+// retry returns, it is that layer's span; for a stop a handler makes of
+// its own (an agent loop's step limit), the span of the layer it ends.
+//
+// It is the zero SpanContext (IsValid is false) when no span recorded the
+// failure: the layer's tracer records nothing (a no-op tracer provider), the
+// span was sampled out, or the Error was made outside a layer (a bare
+// policy under failsafe.With, a server's answer read by [AsAnswer] or
+// [ErrorFrom], an Error a handler made). It has the trace and span IDs and
+// the sampled flag, nothing else of the span's context. Its TraceID's
+// String is the 32 hex digits a tracing backend, and retrace explain -trace,
+// look a trace up by.
+func (e *Error) SpanContext() trace.SpanContext {
+	if e.at == nil {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: e.at.trace, SpanID: e.at.span, TraceFlags: trace.FlagsSampled})
+}
+
+// idsOf is what an Error keeps of span: its IDs, nil when it is not valid.
+func idsOf(span trace.SpanContext) *spanIDs {
+	if !span.IsValid() {
+		return nil
+	}
+	return &spanIDs{trace: span.TraceID(), span: span.SpanID()}
+}
+
+// names reports whether e names span.
+func (e *Error) names(span trace.SpanContext) bool {
+	return e.at != nil && e.at.trace == span.TraceID() && e.at.span == span.SpanID()
+}
+
+// TraceOf is the span that recorded err: the SpanContext of the first error
+// in err's chain, in the order errors.As visits it, that names a valid one
+// ([Error.SpanContext], and runtime's and session's errors, which have the
+// same method). ok is false when none does: no span recorded the failure,
+// or err is not retrace's. Log its TraceID with the error, and the failure
+// leads to its trace:
+//
+//	if sc, ok := policies.TraceOf(err); ok {
+//		slog.Error("exec failed", "err", err, "trace_id", sc.TraceID().String(), "span_id", sc.SpanID().String())
+//	}
+func TraceOf(err error) (sc trace.SpanContext, ok bool) {
+	var chain errchain.Chain
+	chain.Add(err)
+	for _, e := range chain.All() {
+		if n, named := e.(interface{ SpanContext() trace.SpanContext }); named {
+			if sc := n.SpanContext(); sc.IsValid() {
+				return sc, true
+			}
+		}
+	}
+	return trace.SpanContext{}, false
 }
 
 // diagnosis is a stop's diagnosis, worded once when first asked for. It is

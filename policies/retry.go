@@ -11,6 +11,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/budget"
 	"github.com/failsafe-go/failsafe-go/common"
 	"github.com/failsafe-go/failsafe-go/policy"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
@@ -180,7 +181,7 @@ func (e *retryExecutor[R]) Apply(inner func(failsafe.Execution[R]) *common.Polic
 		if rep.Err == nil && rep.Cause == nil {
 			return a.last.WithDone(true, true)
 		}
-		return &common.PolicyResult[R]{Result: res, Error: e.Fail(exec.Context(), "", rep, a.cls), Done: true}
+		return &common.PolicyResult[R]{Result: res, Error: e.Fail(exec.Context(), "", rep, a.cls, trace.SpanContext{}), Done: true}
 	}
 }
 
@@ -280,24 +281,47 @@ func (judge) Judged(ctx context.Context, cls Classification, err error) (Classif
 // Fail is the error a layer returns when it stops: an *Error that says why
 // (and carries the server's answer, if the failure was one), or, when the
 // layer made one attempt and stops on an inner layer's stop for the same
-// reason, that error unchanged, so that a
-// failure reads once however many layers it crosses.
-func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Classification) error {
+// reason, that stop again, so that a failure reads once however many
+// layers it crosses.
+//
+// span is the layer's span when it records (failure.SpanOf), else the zero
+// SpanContext; the error names it (Error.SpanContext). A stop passed up
+// names the outermost span that recorded it: it is returned as it is when
+// span is not valid, else as a copy naming span (the copy reads as the stop
+// does, with its Layer, and shares its diagnosis). A copy, not a write:
+// the stop beneath may be held elsewhere (a handler may share one result
+// among callers), and an Error is never written once returned.
+func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Classification, span trace.SpanContext) error {
 	if inner, ok := rep.Err.(*Error); ok && inner.Outcome != "" && rep.Attempts == 1 && rep.Why == "" && rep.Cause == nil &&
 		inner.Outcome == rep.Outcome {
-		return inner
+		return inner.naming(span)
 	}
 	class := cls.Class
 	if rep.Cause != nil {
 		class = Canceled
 	}
-	s := &struct {
-		e Error
-		d diagnosis
-	}{}
-	fe := &s.e
+	// The stop, its diagnosis and the span's IDs are one allocation; an
+	// untraced stop makes none for the IDs.
+	var fe *Error
+	var d *diagnosis
+	if span.IsValid() {
+		s := &struct {
+			e  Error
+			d  diagnosis
+			at spanIDs
+		}{at: spanIDs{trace: span.TraceID(), span: span.SpanID()}}
+		fe, d = &s.e, &s.d
+		fe.at = &s.at
+	} else {
+		s := &struct {
+			e Error
+			d diagnosis
+		}{}
+		fe, d = &s.e, &s.d
+	}
 	*fe = Error{
-		diag:  &s.d,
+		at:    fe.at,
+		diag:  d,
 		Layer: layer, Outcome: rep.Outcome, Attempts: rep.Attempts, Class: class, Type: cls.Type,
 		Reason: cls.Reason, Detail: rep.Why, Err: rep.Err, RetryAfter: cls.RetryAfter, cause: rep.Cause,
 		known: engine.SecretsFrom(ctx),
@@ -324,4 +348,39 @@ func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Clas
 		}
 	}
 	return fe
+}
+
+// naming returns e naming span: e itself when span is not valid or e names
+// it already, else a copy of e that names it.
+func (e *Error) naming(span trace.SpanContext) *Error {
+	if !span.IsValid() || e.names(span) {
+		return e
+	}
+	s := &struct {
+		e  Error
+		at spanIDs
+	}{e: *e, at: spanIDs{trace: span.TraceID(), span: span.SpanID()}}
+	s.e.at = &s.at
+	return &s.e
+}
+
+// Named is err as a layer without a retry returns it, its span span: a
+// stop a handler made of its own (an Outcome, and no span named: an agent
+// loop's step limit) names span, through a copy (a handler's stop may be a
+// value it shares); any other error is returned unchanged, since a layer
+// that does not retry passes its handler's error through as it is.
+func (judge) Named(err error, span trace.SpanContext) error {
+	if fe, ok := err.(*Error); ok && fe.Outcome != "" && fe.at == nil {
+		return fe.naming(span)
+	}
+	return err
+}
+
+// Mark names span on e, an Error the layer made in this call (a refusal, a
+// timeout, a panic) and returns to its caller without a stop around it. e
+// is new and not yet returned, so the write is e's first and only one.
+func (judge) Mark(e *Error, span trace.SpanContext) {
+	if e.at == nil {
+		e.at = idsOf(span)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/failsafe-go/failsafe-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
@@ -152,6 +153,18 @@ func (e *ExecError) Error() string {
 }
 
 func (e *ExecError) Unwrap() error { return e.Err }
+
+// SpanContext is the span that recorded the failed Exec: the runtime
+// layer's span, the root of the exec's trace when nothing encloses the
+// Exec, whose tree holds every attempt. It is the SpanContext the runtime
+// layer's error names (policies.Error.SpanContext), or, when the runtime's
+// span did not record, the first one beneath that did; the zero
+// SpanContext when none did (a no-op tracer provider, a span sampled out).
+// policies.TraceOf(err) finds it from the error Exec returns.
+func (e *ExecError) SpanContext() trace.SpanContext {
+	sc, _ := policies.TraceOf(e.Err)
+	return sc
+}
 
 // ended words the outcome for the error's text.
 func (e *ExecError) ended() string {

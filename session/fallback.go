@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/engine"
+	"github.com/retrace-go/retrace/internal/failure"
 	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
@@ -158,7 +159,16 @@ type FallbackError struct {
 	Failures []CandidateFailure // the candidates tried, in order
 	errs     []error
 	text     string
+	span     trace.SpanContext // the fallback layer's span, when it recorded (failure.SpanOf)
 }
+
+// SpanContext is the span that recorded the chain's failure: the span of
+// layer "fallback", beneath which each candidate's span tells how it
+// failed; the root of the turn's trace when nothing encloses the session.
+// It is the zero SpanContext when that span did not record (a no-op tracer
+// provider, a span sampled out). policies.TraceOf(err) finds it from the
+// error the session returns.
+func (e *FallbackError) SpanContext() trace.SpanContext { return e.span }
 
 // Error says how each candidate failed: "every candidate failed:
 // openai/gpt-4o failed fatally: insufficient_quota, then anthropic/claude
@@ -272,7 +282,10 @@ func (s *Session) fallback(ctx context.Context, t *turn) (Message, error) {
 			}
 		}
 	}
-	return msg, &FallbackError{Failures: failed, errs: decisiveFirst(errs, failed, stopped), text: text}
+	// ctx is the fallback layer's: it makes no attempts, so no attempt span
+	// stands between it and this handler.
+	return msg, &FallbackError{Failures: failed, errs: decisiveFirst(errs, failed, stopped), text: text,
+		span: failure.SpanOf(trace.SpanFromContext(ctx))}
 }
 
 // fallsBack asks the session's rule whether err passes the turn on.

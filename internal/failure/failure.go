@@ -1,15 +1,36 @@
 // Package failure holds what retrace's packages do with a *policies.Error
-// that users never need to: find the failure beneath the layers' stops, and
-// make the error of a recovered panic. It reads only the error's exported
-// fields, so the rules stay with the type and this package only applies them.
+// that users never need to: find the failure beneath the layers' stops,
+// make the error of a recovered panic, and say which span a failure may
+// name. It reads only the error's exported fields, so the rules stay with
+// the type and this package only applies them.
 package failure
 
 import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/retrace-go/retrace/policies"
 )
+
+// SpanOf is the span a failure recorded on span may name
+// (policies.Error.SpanContext): its trace and span IDs and the sampled
+// flag, when span records and is sampled, else the zero SpanContext. A span
+// that does not record (a no-op tracer's carries its parent's IDs) or is
+// not sampled reaches no backend, and an ID that leads nowhere must not be
+// given as the failure's. The tracestate is left out: it is what the caller
+// propagated, not the failure's.
+func SpanOf(span trace.Span) trace.SpanContext {
+	if span == nil || !span.IsRecording() {
+		return trace.SpanContext{}
+	}
+	sc := span.SpanContext()
+	if !sc.IsValid() || !sc.IsSampled() {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{TraceID: sc.TraceID(), SpanID: sc.SpanID(), TraceFlags: trace.FlagsSampled})
+}
 
 // Underlying is the error beneath retrace's layers in err: the last
 // attempt's error of the innermost layer that failed, or err itself when no
