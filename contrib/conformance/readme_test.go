@@ -29,6 +29,7 @@ var imports = map[string]string{
 	"fmt":           "fmt",
 	"http":          "net/http",
 	"os":            "os",
+	"slog":          "log/slog",
 	"time":          "time",
 	"failsafe":      "github.com/failsafe-go/failsafe-go",
 	"tracetest":     "go.opentelemetry.io/otel/sdk/trace/tracetest",
