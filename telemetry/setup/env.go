@@ -48,8 +48,9 @@ type Exporters struct {
 //     read as insecure gRPC.
 //   - OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT: host:port or a URL; unset,
 //     localhost:4318 (http/protobuf) or localhost:4317 (grpc). For OTLP/HTTP
-//     a base endpoint gets the signal's path appended (/v1/traces), a
-//     per-signal one is used as it is, as the specification says.
+//     a base endpoint gets the signal's path appended (/v1/traces) and a
+//     per-signal URL is used as it is, as the specification says; host:port
+//     is the receiver's address, and gets the signal's path.
 //   - OTEL_EXPORTER_OTLP_(TRACES_)INSECURE: for gRPC, and for an endpoint
 //     without a scheme, whether the connection is plain text.
 //

@@ -26,10 +26,11 @@ import (
 // leaves every other exporter name to autoexport. autoexport's own "otlp"
 // takes no options and reads the process environment alone, so it could
 // not carry what setup adds: an endpoint without a scheme (the exporters
-// read "localhost:4317" as a URL whose scheme is "localhost" and dial it
-// with TLS), WithEnv, and a retry bounded by the shutdown timeout. Whatever
-// setup does not pass (certificates, compression, the export timeout) the
-// exporters still read from the process environment.
+// read "localhost:4317" as a URL whose scheme is "localhost", dialled with
+// TLS, and cannot parse "127.0.0.1:4317" at all), WithEnv, and a timeout
+// and retry bounded by the shutdown timeout. Whatever setup does not pass
+// (certificates, client keys, compression) the exporters still read from
+// the process environment.
 
 // newSpanExporter builds the exporter x names, but for the console: OTLP
 // over x's protocol, or autoexport's exporter of x.Registered.

@@ -40,7 +40,7 @@ type config struct {
 // insecure flag and headers (see [ReadEnv]), the service name and the
 // resource attributes. What setup does not read, the OTel SDK and exporters
 // read from the process environment: the sampler, the batch and export
-// intervals, the OTLP certificates, compression and timeout, and everything
+// intervals, the OTLP certificates and compression, and everything
 // autoexport reads for an exporter it builds ([Exporters].Registered).
 func WithEnv(getenv func(string) string) Option {
 	return optionFunc(func(c *config) { c.getenv = getenv })
