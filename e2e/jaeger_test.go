@@ -194,14 +194,14 @@ func jaegerBinary(t *testing.T, root string) string {
 }
 
 type jaeger struct {
-	otlpPort, queryPort string
+	otlpPort, otlpHTTPPort, queryPort string // OTLP/gRPC, OTLP/HTTP, the query API
 }
 
 // startJaeger runs Jaeger on free ports of 127.0.0.1 and stops it, by its
 // PID, when the test ends, printing its log if the test failed.
 func startJaeger(t *testing.T, bin, config string) *jaeger {
 	ports := freePorts(t, 5)
-	j := &jaeger{otlpPort: ports[0], queryPort: ports[1]}
+	j := &jaeger{otlpPort: ports[0], otlpHTTPPort: ports[3], queryPort: ports[1]}
 	cmd := exec.Command(bin, "--config", config)
 	cmd.Env = append(os.Environ(),
 		"JAEGER_OTLP_GRPC_PORT="+ports[0], "JAEGER_QUERY_PORT="+ports[1],

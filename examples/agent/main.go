@@ -9,7 +9,8 @@
 //	go run ./examples/agent -json                  # one JSON object per scenario
 //	go run ./examples/agent -metrics               # and a summary of the metrics
 //	go run ./examples/agent -otlp-file traces.json # and the traces, for retrace explain
-//	OTEL_EXPORTER_OTLP_ENDPOINT=localhost:4317 go run ./examples/agent   # and export to Jaeger
+//	OTEL_EXPORTER_OTLP_ENDPOINT=localhost:4317 go run ./examples/agent          # and export to Jaeger over OTLP/gRPC
+//	OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 go run ./examples/agent   # or over OTLP/HTTP
 //	OPENAI_API_KEY=… go run ./examples/agent -base-url https://api.openai.com/v1 -model gpt-4o-mini
 package main
 

@@ -7,11 +7,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -37,10 +35,11 @@ func Metrics(ctx context.Context, opts ...Option) (shutdown func(context.Context
 	return shutdown, nil
 }
 
-// ReadMetricsEnv reads OTEL_SDK_DISABLED, OTEL_METRICS_EXPORTER,
-// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT and
-// OTEL_EXPORTER_OTLP_(METRICS_)INSECURE as [ReadEnv] reads the tracing ones:
-// with an endpoint, OTLP gRPC; without one, the console summary.
+// ReadMetricsEnv reads what the OTEL_* variables ask of metrics, as
+// [ReadEnv] reads them for tracing: OTEL_METRICS_EXPORTER (otlp, console
+// for a summary printed at shutdown, none, or a name autoexport builds, such
+// as prometheus), OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL, _ENDPOINT (the
+// signal's path is /v1/metrics) and _INSECURE.
 func ReadMetricsEnv(getenv func(string) string) (Exporters, error) { return readEnv(getenv, "METRICS") }
 
 // NewMeterProvider builds a meter provider from the OTEL_* variables (see
@@ -48,8 +47,10 @@ func ReadMetricsEnv(getenv func(string) string) (Exporters, error) { return read
 // bounded shutdown. OTLP exports every OTEL_METRIC_EXPORT_INTERVAL (60 s by
 // default) and once more at shutdown; the console form prints a short
 // summary of every metric at shutdown, to the console writer
-// ([WithConsole]). With OTEL_METRICS_EXPORTER=none and no reader of its own
-// it returns a no-op provider.
+// ([WithConsole]); prometheus (autoexport's) serves the metrics for
+// scraping at OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT
+// (localhost:9464) until shutdown. With OTEL_METRICS_EXPORTER=none and no
+// reader of its own it returns a no-op provider.
 func NewMeterProvider(ctx context.Context, opts ...Option) (metric.MeterProvider, func(context.Context) error, error) {
 	c := newConfig(opts)
 	x, err := ReadMetricsEnv(c.getenv)
@@ -59,30 +60,22 @@ func NewMeterProvider(ctx context.Context, opts ...Option) (metric.MeterProvider
 	if x.None && len(c.readers) == 0 {
 		return noop.NewMeterProvider(), func(context.Context) error { return nil }, nil
 	}
+	headers, err := readHeaders(c.getenv, "METRICS")
+	if err != nil {
+		return nil, nil, err
+	}
 	res, err := newResource(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
 	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
-	if x.OTLP {
-		gopts := []otlpmetricgrpc.Option{
-			otlpmetricgrpc.WithEndpoint(x.Endpoint),
-			otlpmetricgrpc.WithTimeout(c.shutdownTimeout * 9 / 10),
-			otlpmetricgrpc.WithRetry(otlpmetricgrpc.RetryConfig{
-				Enabled: true, InitialInterval: 250 * time.Millisecond, MaxInterval: time.Second, MaxElapsedTime: c.shutdownTimeout * 9 / 10,
-			}),
-		}
-		if x.Insecure {
-			gopts = append(gopts, otlpmetricgrpc.WithInsecure())
-		}
-		if h := parseHeaders(first(c.getenv("OTEL_EXPORTER_OTLP_METRICS_HEADERS"), c.getenv("OTEL_EXPORTER_OTLP_HEADERS"))); len(h) > 0 {
-			gopts = append(gopts, otlpmetricgrpc.WithHeaders(h))
-		}
-		exp, err := otlpmetricgrpc.New(ctx, gopts...)
+	exporting := x.OTLP || x.Registered != ""
+	if exporting {
+		r, err := newMetricReader(ctx, x, c, headers)
 		if err != nil {
-			return nil, nil, fmt.Errorf("setup: OTLP metric exporter for %s: %w", x.Endpoint, err)
+			return nil, nil, err
 		}
-		mpOpts = append(mpOpts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+		mpOpts = append(mpOpts, sdkmetric.WithReader(r))
 	}
 	var summary *sdkmetric.ManualReader
 	if x.Console {
@@ -103,9 +96,9 @@ func NewMeterProvider(ctx context.Context, opts ...Option) (metric.MeterProvider
 		}
 		if serr := mp.Shutdown(sctx); serr != nil && err == nil {
 			err = serr
-			if x.OTLP {
-				fmt.Fprintf(c.warnings, "retrace: could not flush metrics to the OTLP receiver at %s within %s; they were dropped (%v)\n",
-					x.Endpoint, c.shutdownTimeout, shortErr(serr))
+			if exporting {
+				fmt.Fprintf(c.warnings, "retrace: could not flush metrics to %s within %s; they were dropped (%s%s)\n",
+					x.where(), c.shutdownTimeout, safeErr(serr, headers), x.hint())
 			}
 		}
 		return err

@@ -28,11 +28,18 @@ func TestReadMetricsEnv(t *testing.T) {
 		err  string
 	}{
 		{"nothing set: console", env(), setup.Exporters{Console: true}, ""},
-		{"the tracing endpoint serves metrics too", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317"), setup.Exporters{OTLP: true, Endpoint: "localhost:4317", Insecure: true}, ""},
-		{"metrics endpoint wins", env("OTEL_EXPORTER_OTLP_ENDPOINT", "a:1", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "b:2", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "c:3"), setup.Exporters{OTLP: true, Endpoint: "b:2", Insecure: true}, ""},
+		{"the tracing endpoint serves metrics too", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317"),
+			setup.Exporters{OTLP: true, Protocol: setup.ProtocolGRPC, Endpoint: "localhost:4317", Insecure: true}, ""},
+		{"metrics endpoint wins", env("OTEL_EXPORTER_OTLP_ENDPOINT", "a:1", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "b:2", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "c:3"),
+			setup.Exporters{OTLP: true, Protocol: setup.ProtocolGRPC, Endpoint: "b:2", Insecure: true}, ""},
+		{"a base URL gets the metrics path", env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://gateway.example.net/otlp"),
+			setup.Exporters{OTLP: true, Protocol: setup.ProtocolHTTP, Endpoint: "gateway.example.net", URL: "https://gateway.example.net/otlp/v1/metrics"}, ""},
+		{"metrics protocol wins", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:1", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "grpc"),
+			setup.Exporters{OTLP: true, Protocol: setup.ProtocolGRPC, Endpoint: "a:1", Insecure: true}, ""},
 		{"the traces exporter does not decide", env("OTEL_TRACES_EXPORTER", "none"), setup.Exporters{Console: true}, ""},
 		{"none", env("OTEL_METRICS_EXPORTER", "none", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{None: true}, ""},
-		{"unknown exporter", env("OTEL_METRICS_EXPORTER", "prometheus"), setup.Exporters{}, `OTEL_METRICS_EXPORTER="prometheus"`},
+		{"prometheus: autoexport's", env("OTEL_METRICS_EXPORTER", "prometheus"), setup.Exporters{Registered: "prometheus"}, ""},
+		{"bad protocol", env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json"), setup.Exporters{}, `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/json": want grpc or http/protobuf`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

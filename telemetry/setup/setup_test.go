@@ -3,7 +3,6 @@ package setup_test
 import (
 	"bytes"
 	"context"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"net"
 	"strings"
 	"sync"
@@ -12,10 +11,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/telemetry/setup"
@@ -32,6 +33,7 @@ func env(kv ...string) func(string) string {
 }
 
 func TestReadEnv(t *testing.T) {
+	const grpc, http = setup.ProtocolGRPC, setup.ProtocolHTTP
 	tests := []struct {
 		name string
 		env  func(string) string
@@ -39,19 +41,49 @@ func TestReadEnv(t *testing.T) {
 		err  string
 	}{
 		{"nothing set: console", env(), setup.Exporters{Console: true}, ""},
-		{"endpoint without scheme: insecure gRPC", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317"), setup.Exporters{OTLP: true, Endpoint: "localhost:4317", Insecure: true}, ""},
-		{"http URL", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"), setup.Exporters{OTLP: true, Endpoint: "127.0.0.1:4317", Insecure: true}, ""},
-		{"https URL without port", env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel.example.com"), setup.Exporters{OTLP: true, Endpoint: "otel.example.com:4317"}, ""},
-		{"traces endpoint wins", env("OTEL_EXPORTER_OTLP_ENDPOINT", "a:1", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "b:2"), setup.Exporters{OTLP: true, Endpoint: "b:2", Insecure: true}, ""},
-		{"insecure=false overrides", env("OTEL_EXPORTER_OTLP_ENDPOINT", "a:1", "OTEL_EXPORTER_OTLP_INSECURE", "false"), setup.Exporters{OTLP: true, Endpoint: "a:1"}, ""},
-		{"otlp without endpoint: the default", env("OTEL_TRACES_EXPORTER", "otlp"), setup.Exporters{OTLP: true, Endpoint: "localhost:4317", Insecure: true}, ""},
+		{"endpoint without scheme: insecure gRPC", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317"),
+			setup.Exporters{OTLP: true, Protocol: grpc, Endpoint: "localhost:4317", Insecure: true}, ""},
+		{"http URL: OTLP/HTTP, the specification's default", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
+			setup.Exporters{OTLP: true, Protocol: http, Endpoint: "127.0.0.1:4318", URL: "http://127.0.0.1:4318/v1/traces", Insecure: true}, ""},
+		{"http URL over gRPC", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+			setup.Exporters{OTLP: true, Protocol: grpc, Endpoint: "127.0.0.1:4317", Insecure: true}, ""},
+		{"https URL without port over gRPC", env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otel.example.com", "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+			setup.Exporters{OTLP: true, Protocol: grpc, Endpoint: "otel.example.com:4317"}, ""},
+		{"https base URL with a path: the signal's path appended", env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp-gateway.example.net/otlp/"),
+			setup.Exporters{OTLP: true, Protocol: http, Endpoint: "otlp-gateway.example.net", URL: "https://otlp-gateway.example.net/otlp/v1/traces"}, ""},
+		{"per-signal URL used as it is", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:1", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://b:2/custom"),
+			setup.Exporters{OTLP: true, Protocol: http, Endpoint: "b:2", URL: "http://b:2/custom", Insecure: true}, ""},
+		{"per-signal URL without a path: the root", env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://b"),
+			setup.Exporters{OTLP: true, Protocol: http, Endpoint: "b", URL: "https://b/"}, ""},
+		{"user and query parts dropped", env("OTEL_EXPORTER_OTLP_ENDPOINT", "https://user:pw@b:443/otlp?token=t"),
+			setup.Exporters{OTLP: true, Protocol: http, Endpoint: "b:443", URL: "https://b:443/otlp/v1/traces"}, ""},
+		{"host:port over OTLP/HTTP", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+			setup.Exporters{OTLP: true, Protocol: http, Endpoint: "localhost:4318", URL: "http://localhost:4318/v1/traces", Insecure: true}, ""},
+		{"host:port over OTLP/HTTP with TLS", env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "otel:443", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_INSECURE", "false"),
+			setup.Exporters{OTLP: true, Protocol: http, Endpoint: "otel:443", URL: "https://otel:443/v1/traces"}, ""},
+		{"traces endpoint wins", env("OTEL_EXPORTER_OTLP_ENDPOINT", "a:1", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "b:2"),
+			setup.Exporters{OTLP: true, Protocol: grpc, Endpoint: "b:2", Insecure: true}, ""},
+		{"traces protocol wins", env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:1", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
+			setup.Exporters{OTLP: true, Protocol: grpc, Endpoint: "a:1", Insecure: true}, ""},
+		{"insecure=false overrides", env("OTEL_EXPORTER_OTLP_ENDPOINT", "a:1", "OTEL_EXPORTER_OTLP_INSECURE", "false"),
+			setup.Exporters{OTLP: true, Protocol: grpc, Endpoint: "a:1"}, ""},
+		{"otlp without endpoint: the default, OTLP/HTTP", env("OTEL_TRACES_EXPORTER", "otlp"),
+			setup.Exporters{OTLP: true, Protocol: http, Endpoint: "localhost:4318", URL: "http://localhost:4318/v1/traces", Insecure: true}, ""},
+		{"a protocol alone: OTLP to its default endpoint", env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+			setup.Exporters{OTLP: true, Protocol: grpc, Endpoint: "localhost:4317", Insecure: true}, ""},
 		{"console explicitly", env("OTEL_TRACES_EXPORTER", "console", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{Console: true}, ""},
-		{"both", env("OTEL_TRACES_EXPORTER", "otlp,console", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{OTLP: true, Console: true, Endpoint: "a:1", Insecure: true}, ""},
+		{"both", env("OTEL_TRACES_EXPORTER", "otlp, console", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"),
+			setup.Exporters{OTLP: true, Protocol: grpc, Console: true, Endpoint: "a:1", Insecure: true}, ""},
 		{"none", env("OTEL_TRACES_EXPORTER", "none", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{None: true}, ""},
 		{"sdk disabled", env("OTEL_SDK_DISABLED", "true"), setup.Exporters{None: true}, ""},
-		{"unknown exporter", env("OTEL_TRACES_EXPORTER", "zipkin"), setup.Exporters{}, `OTEL_TRACES_EXPORTER="zipkin"`},
-		{"bad scheme", env("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x:1"), setup.Exporters{}, `unknown scheme "ftp"`},
+		{"another name: autoexport's", env("OTEL_TRACES_EXPORTER", "zipkin"), setup.Exporters{Registered: "zipkin"}, ""},
+		{"another name in a list", env("OTEL_TRACES_EXPORTER", "otlp,zipkin"), setup.Exporters{}, `OTEL_TRACES_EXPORTER="otlp,zipkin": "zipkin" is built by autoexport, which takes one name`},
+		{"unknown protocol", env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"), setup.Exporters{}, `setup: OTEL_EXPORTER_OTLP_PROTOCOL="http/json": want grpc or http/protobuf`},
+		{"unknown traces protocol", env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "udp", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{}, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="udp": want grpc or http/protobuf`},
+		{"bad scheme", env("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x:1"), setup.Exporters{}, `OTEL_EXPORTER_OTLP_ENDPOINT: "ftp://x:1": unknown scheme "ftp"`},
+		{"grpc scheme over OTLP/HTTP", env("OTEL_EXPORTER_OTLP_ENDPOINT", "grpc://x:1", "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"), setup.Exporters{}, `unknown scheme "grpc" for OTLP/HTTP`},
 		{"path without scheme", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4317/v1/traces"), setup.Exporters{}, "want host:port or a URL"},
+		{"no port without scheme", env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost"), setup.Exporters{}, "want host:port or a URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,6 +95,16 @@ func TestReadEnv(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
+	}
+}
+
+// An endpoint's credentials never reach an error: the user and query
+// parts are left out of what it prints.
+func TestReadEnvErrorsHideCredentials(t *testing.T) {
+	for _, e := range []string{"ftp://user:pa55-w0rd-xyz@x:1/?token=pa55-w0rd-xyz", "user:pa55-w0rd-xyz@host:1"} {
+		_, err := setup.ReadEnv(env("OTEL_EXPORTER_OTLP_ENDPOINT", e))
+		require.Error(t, err)
+		assert.NotContains(t, err.Error(), "pa55-w0rd-xyz")
 	}
 }
 
@@ -143,11 +185,28 @@ type collector struct {
 	mu    sync.Mutex
 	names []string
 	attrs []string
+	auth  []string // each request's authorization metadata
 }
 
-func (c *collector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+// startCollector runs a collector on a free port of 127.0.0.1 until the
+// test ends, and returns it and its address.
+func startCollector(t *testing.T) (*collector, string) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := grpc.NewServer()
+	col := &collector{}
+	collectortrace.RegisterTraceServiceServer(srv, col)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return col, lis.Addr().String()
+}
+
+func (c *collector) Export(ctx context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	md, _ := metadata.FromIncomingContext(ctx)
+	c.auth = append(c.auth, strings.Join(md.Get("authorization"), ","))
 	for _, rs := range req.ResourceSpans {
 		for _, a := range rs.Resource.Attributes {
 			c.attrs = append(c.attrs, a.Key+"="+a.Value.GetStringValue())
@@ -200,7 +259,7 @@ func TestUnreachableCollectorBoundedShutdown(t *testing.T) {
 	require.Error(t, shutdown(context.Background()))
 	require.NoError(t, shutdown(context.Background()), "a second shutdown is a no-op")
 	assert.Equal(t, 1, strings.Count(warn.String(), "\n"), "exactly one warning: %q", warn.String())
-	assert.Contains(t, warn.String(), "could not flush spans to the OTLP receiver at "+addr)
+	assert.Contains(t, warn.String(), "could not flush spans to the OTLP/gRPC receiver at "+addr)
 }
 
 // resourceOf starts and ends one span under a provider built from vars and
