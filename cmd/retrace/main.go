@@ -2,6 +2,7 @@
 //
 //	retrace faultserver [flags]   a fault-injecting OpenAI- and Anthropic-compatible server on 127.0.0.1
 //	retrace explain [flags]       one trace's tree, amplification and what to change
+//	retrace version               the version of retrace this binary was built from
 //
 // Run it from a checkout with go run ./cmd/retrace, or install it with
 // go install github.com/retrace-go/retrace/cmd/retrace@latest.
@@ -26,6 +27,7 @@ const usage = `usage: retrace <command> [flags]
 commands:
   faultserver   run a fault-injecting OpenAI- and Anthropic-compatible server on 127.0.0.1
   explain       print one trace's tree, its amplification and what to change
+  version       print the version of retrace this binary was built from
 
 Run "retrace <command> -help" for a command's flags.
 `
@@ -46,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = faultserver(args[1:], stderr)
 	case "explain":
 		err = explain(context.Background(), args[1:], stdout, stderr)
+	case "version":
+		err = version(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -10,10 +10,10 @@ require (
 	github.com/openai/openai-go v1.12.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/retrace-go/retrace v0.0.0
-	github.com/retrace-go/retrace/contrib/eino v0.0.0-00010101000000-000000000000
-	github.com/retrace-go/retrace/contrib/genkit v0.0.0-00010101000000-000000000000
-	github.com/retrace-go/retrace/contrib/redis v0.0.0-00010101000000-000000000000
+	github.com/retrace-go/retrace v0.6.0
+	github.com/retrace-go/retrace/contrib/eino v0.6.0
+	github.com/retrace-go/retrace/contrib/genkit v0.6.0
+	github.com/retrace-go/retrace/contrib/redis v0.6.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -62,7 +62,7 @@ require (
 	github.com/pb33f/ordered-map/v2 v2.3.1 // indirect
 	github.com/pelletier/go-toml/v2 v2.0.9 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/retrace-go/retrace/contrib/mcp v0.0.0-00010101000000-000000000000
+	github.com/retrace-go/retrace/contrib/mcp v0.6.0
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/slongfield/pyfmt v0.0.0-20220222012616-ea85ff4c361f // indirect
 	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1 // indirect

@@ -7,7 +7,7 @@ require (
 	github.com/cloudwego/eino-ext/components/model/openai v0.1.13
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/meguminnnnnnnnn/go-openai v0.1.2
-	github.com/retrace-go/retrace v0.0.0-00010101000000-000000000000
+	github.com/retrace-go/retrace v0.6.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

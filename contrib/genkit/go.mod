@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/firebase/genkit/go v1.12.0
 	github.com/openai/openai-go v1.8.2
-	github.com/retrace-go/retrace v0.0.0
+	github.com/retrace-go/retrace v0.6.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/modelcontextprotocol/go-sdk v1.8.0
-	github.com/retrace-go/retrace v0.0.0
+	github.com/retrace-go/retrace v0.6.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0

@@ -6,7 +6,7 @@ require (
 	github.com/alicebob/miniredis/v2 v2.40.0
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/retrace-go/retrace v0.0.0
+	github.com/retrace-go/retrace v0.6.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.uber.org/goleak v1.3.0

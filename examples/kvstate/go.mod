@@ -3,7 +3,7 @@ module example.com/kvstate
 go 1.26.0
 
 require (
-	github.com/retrace-go/retrace v0.0.0
+	github.com/retrace-go/retrace v0.6.0
 	github.com/stretchr/testify v1.12.1
 )
 

@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/modelcontextprotocol/go-sdk v1.8.0
-	github.com/retrace-go/retrace v0.0.0
-	github.com/retrace-go/retrace/contrib/mcp v0.0.0
+	github.com/retrace-go/retrace v0.6.0
+	github.com/retrace-go/retrace/contrib/mcp v0.6.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0

@@ -18,7 +18,7 @@ import (
 
 // Version is retrace's version, the instrumentation scope's version on
 // every span and instrument it makes.
-const Version = "0.5.0"
+const Version = "0.6.0"
 
 // SchemaURL is the OpenTelemetry semantic conventions' schema that
 // retrace's standard names (gen_ai.*, http.*, server.*, error.type) follow:
