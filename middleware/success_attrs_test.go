@@ -217,7 +217,7 @@ func TestFailureAttributes(t *testing.T) {
 			for _, s := range rec.Ended() {
 				name := s.Name()
 				if v, ok := attr(s, telemetry.Attempt); ok {
-					name += " " + v.Emit()
+					name += " " + v.String()
 				}
 				got[name] = append(got[name], sorted(s))
 				status[name] = append(status[name], s.Status())

@@ -10,3 +10,7 @@
 // instruments (units, bucket boundaries) is internal, and an adapter's own
 // names are the adapter's (contrib/mcp's MCP keys).
 package telemetry
+
+// The README's attribute tables are generated from this package's keys and
+// events and their comments, and internal/semconv's.
+//go:generate go run ../internal/cmd/attrtable -readme ../README.md
