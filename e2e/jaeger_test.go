@@ -35,16 +35,7 @@ type demoResult struct {
 }
 
 func TestDemoTracesInJaeger(t *testing.T) {
-	root, err := filepath.Abs("..")
-	require.NoError(t, err)
-	bin := jaegerBinary(t, root)
-	j := startJaeger(t, bin, filepath.Join(root, "tools", "jaeger", "config.yaml"))
-
-	agent := filepath.Join(t.TempDir(), "agent")
-	build := exec.Command("go", "build", "-o", agent, "./examples/agent")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the demo: %s", out)
+	j, agent, root := jaegerAndDemo(t)
 
 	for _, name := range []string{"always-503", "invalid-api-key", "sdk-retries"} {
 		t.Run(name, func(t *testing.T) {
@@ -175,6 +166,23 @@ func TestDemoTracesInJaeger(t *testing.T) {
 // it, builds Jaeger (or finds it built) with scripts/jaeger.sh. When the
 // build fails, Jaeger is a missing part (see needPart): the test fails in CI
 // and skips, saying why, elsewhere.
+// jaegerAndDemo starts a real Jaeger on free ports and builds the demo,
+// the two every end-to-end test of the demo's traces begins with; root is
+// the repository's.
+func jaegerAndDemo(t *testing.T) (j *jaeger, agent, root string) {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	j = startJaeger(t, jaegerBinary(t, root), filepath.Join(root, "tools", "jaeger", "config.yaml"))
+
+	agent = filepath.Join(t.TempDir(), "agent")
+	build := exec.Command("go", "build", "-o", agent, "./examples/agent")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building the demo: %s", out)
+	return j, agent, root
+}
+
 func jaegerBinary(t *testing.T, root string) string {
 	t.Helper()
 	if bin := os.Getenv("RETRACE_JAEGER_BIN"); bin != "" {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,16 +35,7 @@ type mcpSide struct {
 // process of its own, and its spans are in the agent's trace, beneath the
 // agent's request spans: one trace ID, two services.
 func TestMCPTraceInJaeger(t *testing.T) {
-	root, err := filepath.Abs("..")
-	require.NoError(t, err)
-	bin := jaegerBinary(t, root)
-	j := startJaeger(t, bin, filepath.Join(root, "tools", "jaeger", "config.yaml"))
-
-	agent := filepath.Join(t.TempDir(), "agent")
-	build := exec.Command("go", "build", "-o", agent, "./examples/agent")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the demo: %s", out)
+	j, agent, root := jaegerAndDemo(t)
 
 	cmd := exec.Command(agent, "-json", "-scenario", "mcp", "-time-scale", "0.001")
 	cmd.Dir = root

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"testing"
 
@@ -29,16 +28,7 @@ type traceCounts struct {
 // 4317's receiver) and over OTLP/HTTP (4318's), set up only through the
 // OTEL_* variables a user sets: the same spans, the same counts.
 func TestDemoTraceOverGRPCAndHTTP(t *testing.T) {
-	root, err := filepath.Abs("..")
-	require.NoError(t, err)
-	bin := jaegerBinary(t, root)
-	j := startJaeger(t, bin, filepath.Join(root, "tools", "jaeger", "config.yaml"))
-
-	agent := filepath.Join(t.TempDir(), "agent")
-	build := exec.Command("go", "build", "-o", agent, "./examples/agent")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the demo: %s", out)
+	j, agent, _ := jaegerAndDemo(t)
 
 	protocols := []struct {
 		name string
