@@ -48,6 +48,9 @@ downloads="$(go env GOMODCACHE)/cache/download"
 # - GOFLAGS: -mod=mod, go get and go build may update go.mod and go.sum, as
 #   in a user's module; -trimpath, so that the build cache serves packages
 #   compiled from another module cache directory (every run has a new one);
+#   and -race if the caller's GOFLAGS has it (CI builds everything with it,
+#   so that every dependency compiled for the tests serves this build too,
+#   instead of compiling them all once more);
 # - GONOSUMDB: retrace's modules at this version are in no checksum
 #   database (they were made from this commit a moment ago; sum.golang.org
 #   has not seen them, or has seen those of the commit the tag names), so
@@ -56,7 +59,9 @@ downloads="$(go env GOMODCACHE)/cache/download"
 #   the checkout's go.sum files: the hashes CI verified when it downloaded
 #   them. (GONOSUMCHECK is no setting of the go command.)
 export GOWORK=off GOTOOLCHAIN=local
-export GOFLAGS="-mod=mod -trimpath"
+race=
+case " ${GOFLAGS:-} " in *" -race "*) race=" -race" ;; esac
+export GOFLAGS="-mod=mod -trimpath$race"
 export GOPROXY="file://$work/proxy,file://$downloads"
 export GOMODCACHE="$work/modcache"
 export GONOSUMDB="$core"

@@ -11,4 +11,5 @@
 //	go test -count=1 -v ./soak                 # 10,000 calls
 //	go test -race -count=1 -v ./soak           # 1,000 calls
 //	go test -count=1 -v ./soak -soak.seed=7    # another fault mix
+//	go test -race -count=1 -v ./soak -soak.calls=10000  # as CI runs it
 package soak

@@ -35,7 +35,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var seed = flag.Uint64("soak.seed", 1, "the seed of the chaos soak's fault mix")
+var (
+	seed = flag.Uint64("soak.seed", 1, "the seed of the chaos soak's fault mix")
+	// calls is the number of logical calls: soakCalls unless asked (CI asks
+	// for 10,000 under the race detector, whose build the rest of CI shares).
+	calls = flag.Int("soak.calls", soakCalls, "the chaos soak's number of logical calls")
+)
 
 const (
 	workers = 8 // goroutines making the logical calls
@@ -470,12 +475,16 @@ func faultsOf(seed uint64, i, n int) []string {
 	return out
 }
 
-// TestChaosSoak sends soakCalls logical calls through runtime.Exec, a
+// TestChaosSoak sends -soak.calls logical calls (soakCalls by default) through runtime.Exec, a
 // session and the OpenAI provider to the fault server, which faults a seeded
 // 30% of the requests. Every call must end, with a known outcome and the
 // one its faults call for; the server's requests must equal retrace.calls,
 // call by call and in sum; and nothing may be lost.
 func TestChaosSoak(t *testing.T) {
+	soakCalls := *calls
+	if soakCalls < 1 {
+		t.Fatalf("-soak.calls=%d: want at least 1", soakCalls)
+	}
 	s := &soak{
 		seed:         *seed,
 		sessionRetry: policies.NewRetry[session.Message](policies.SessionRetry).Config(),
