@@ -1,13 +1,14 @@
 package attrs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"go/ast"
-	"go/build"
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -251,13 +252,13 @@ func conventions(f *ast.File) (map[string]map[string]string, error) {
 		if !strings.HasPrefix(path, semconvPrefix) {
 			continue
 		}
-		pkg, err := build.Import(path, ".", build.FindOnly)
+		dir, err := packageDir(path)
 		if err != nil {
-			return nil, fmt.Errorf("attrs: finding %s: %w", path, err)
+			return nil, err
 		}
 		keys := map[string]string{}
 		fset := token.NewFileSet()
-		entries, err := os.ReadDir(pkg.Dir)
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return nil, fmt.Errorf("attrs: %w", err)
 		}
@@ -265,7 +266,7 @@ func conventions(f *ast.File) (map[string]map[string]string, error) {
 			if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
 				continue
 			}
-			sf, err := parser.ParseFile(fset, filepath.Join(pkg.Dir, e.Name()), nil, 0)
+			sf, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, 0)
 			if err != nil {
 				return nil, fmt.Errorf("attrs: %w", err)
 			}
@@ -396,4 +397,23 @@ func withoutSubject(c, constName string) string {
 		return c
 	}
 	return strings.TrimPrefix(rest, "is ")
+}
+
+// packageDir is the directory of the package path as the go command finds
+// it from the working directory. go list, not go/build: a binary built with
+// -trimpath (as CI builds every one) has no GOROOT of its own, and go/build
+// then looks in GOPATH only.
+func packageDir(path string) (string, error) {
+	var stderr bytes.Buffer
+	cmd := exec.Command("go", "list", "-find", "-f", "{{.Dir}}", path)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("attrs: finding %s: go list: %w: %s", path, err, strings.TrimSpace(stderr.String()))
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("attrs: finding %s: go list found no directory", path)
+	}
+	return dir, nil
 }
