@@ -50,7 +50,9 @@ func TestStoreConformance(t *testing.T) {
 func TestKeysAreNamespacedAndExpire(t *testing.T) {
 	m, st := newMini(t)
 	ctx := context.Background()
-	_, err := st.Breaker(ctx, "breaker:p", state.BreakerOp{Kind: state.BreakerAcquire, Now: time.Unix(0, 0),
+	// A failure writes the breaker's record (an acquire of a closed breaker
+	// changes nothing, and writes nothing).
+	_, err := st.Breaker(ctx, "breaker:p", state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: state.Fail, Now: time.Unix(0, 0),
 		FailureThreshold: 5, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	_, err = st.Draw(ctx, "task:t1", 6, 24*time.Hour)
