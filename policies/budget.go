@@ -69,6 +69,35 @@ func (b *TaskBudget) Draw(ctx context.Context) (bool, state.Use) {
 	if err != nil {
 		return b.drawLocal(), state.Use{Policy: state.PolicyBudget, Degraded: err}
 	}
+	return b.seen(v), state.Use{Policy: state.PolicyBudget, Shared: true}
+}
+
+// Deferred implements the engine's Batchable: the draw as a step that
+// travels in one batch with the retry's other steps on the State.
+func (b *TaskBudget) Deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+	if b.state == nil || call {
+		return engine.Deferred{}, nil, false
+	}
+	var ok bool
+	var use state.Use
+	d := engine.Deferred{State: b.state, Step: state.Step{Key: b.key, Draw: &state.DrawOp{Limit: b.limit, TTL: b.ttl}, Gate: true},
+		Done: func(r state.StepResult, err error) {
+			switch {
+			case err != nil:
+				ok, use = b.drawLocal(), state.Use{Policy: state.PolicyBudget, Degraded: err}
+			case r.Skipped:
+				// A gate before it (the failure opened the breaker) stopped
+				// the retry: nothing was drawn.
+				ok, use = false, state.Use{Policy: state.PolicyBudget, Shared: true}
+			default:
+				ok, use = b.seen(r.Draw), state.Use{Policy: state.PolicyBudget, Shared: true}
+			}
+		}}
+	return d, func() (bool, state.Use) { return ok, use }, true
+}
+
+// seen follows the shared count up and returns the draw's answer.
+func (b *TaskBudget) seen(v state.DrawView) bool {
 	for {
 		// The local count follows the shared one up, never down.
 		used := b.used.Load()
@@ -79,7 +108,7 @@ func (b *TaskBudget) Draw(ctx context.Context) (bool, state.Use) {
 	if !v.OK {
 		b.deny.Add(1)
 	}
-	return v.OK, state.Use{Policy: state.PolicyBudget, Shared: true}
+	return v.OK
 }
 
 func (b *TaskBudget) drawLocal() bool {
@@ -192,6 +221,35 @@ func (b *RetryBudget) step(ctx context.Context, retry bool) (bool, state.Use) {
 	v, _ := b.local.Ratio(ctx, b.key, op) // memory never fails
 	b.seen(v)
 	return v.OK, use
+}
+
+// Deferred implements the engine's Batchable: the record of a call (call)
+// or the ask for a retry as a step that travels in one batch with the
+// call's other steps on the State. A record is no gate; a retry is.
+func (b *RetryBudget) Deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+	if b.cfg.State == nil {
+		return engine.Deferred{}, nil, false
+	}
+	op := state.RatioOp{Retry: !call, Now: b.cfg.Clock.Now(), Window: b.cfg.Window, Ratio: b.cfg.Ratio, MinRetries: b.cfg.MinRetries}
+	var ok bool
+	var use state.Use
+	d := engine.Deferred{State: b.cfg.State, Step: state.Step{Key: b.key, Ratio: &op, Gate: !call}, Call: call,
+		Done: func(r state.StepResult, err error) {
+			switch {
+			case err != nil:
+				v, _ := b.local.Ratio(ctx, b.key, op) // memory never fails
+				b.seen(v)
+				ok, use = v.OK, state.Use{Policy: state.PolicyBudget, Degraded: err}
+			case r.Skipped:
+				// Not made: a gate before it stopped the retry, or the
+				// call was refused before it reached anything.
+				ok, use = false, state.Use{Policy: state.PolicyBudget, Shared: true}
+			default:
+				b.seen(r.Ratio)
+				ok, use = r.Ratio.OK, state.Use{Policy: state.PolicyBudget, Shared: true}
+			}
+		}}
+	return d, func() (bool, state.Use) { return ok, use }, true
 }
 
 func (b *RetryBudget) seen(v state.RatioView) {
