@@ -19,6 +19,7 @@ import (
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 )
 
 // The cost of a fleet's shared state per call, measured from outside: the
@@ -278,4 +279,66 @@ func newGoBreaker(t testing.TB, rdb *redis.Client, c rtCase) func() {
 			return struct{}{}, nil
 		})
 	}
+}
+
+// A step that changes nothing writes nothing: a refused acquire, a refused
+// draw, a refused retry, a stale record. The hash and its expiry stay as
+// they were, and Redis runs no write command for them.
+func TestRefusalsWriteNothing(t *testing.T) {
+	addr := redisAddr(t)
+	admin := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer admin.Close()
+	rdb := redis.NewClient(redisstate.ClientOptions(addr, testStep))
+	defer rdb.Close()
+	ns := fmt.Sprintf("nowrite-%d", time.Now().UnixNano())
+	st := redisstate.New(rdb, redisstate.Options{Namespace: ns, Timeout: testStep})
+	ctx := context.Background()
+	now := time.Now()
+	o := state.BreakerOp{Now: now, FailureThreshold: 1, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour}
+	fail := o
+	fail.Kind, fail.Count = state.BreakerRecordCurrent, state.Fail
+	v, err := st.Breaker(ctx, "breaker:p", fail)
+	require.NoError(t, err)
+	require.Equal(t, "open", v.State.String())
+	_, err = st.Draw(ctx, "task:t", 1, time.Hour)
+	require.NoError(t, err)
+	ratio := state.RatioOp{Retry: true, Now: now, Window: time.Minute, Ratio: 0, MinRetries: 0}
+	key := ns + ":breaker:p"
+	before, err := admin.HGetAll(ctx, key).Result()
+	require.NoError(t, err)
+	ttl, err := admin.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+
+	require.NoError(t, admin.ConfigResetStat(ctx).Err())
+	acquire := o
+	acquire.Kind, acquire.Now = state.BreakerAcquire, now.Add(time.Second)
+	stale := o
+	stale.Kind, stale.Gen, stale.Count, stale.Now = state.BreakerRecord, v.Gen-1, state.Fail, now.Add(time.Second)
+	for range 10 {
+		v, err := st.Breaker(ctx, "breaker:p", acquire)
+		require.NoError(t, err)
+		require.False(t, v.Granted)
+		_, err = st.Breaker(ctx, "breaker:p", stale)
+		require.NoError(t, err)
+		d, err := st.Draw(ctx, "task:t", 1, time.Hour)
+		require.NoError(t, err)
+		require.False(t, d.OK)
+		r, err := st.Ratio(ctx, "retry:p", ratio)
+		require.NoError(t, err)
+		require.False(t, r.OK)
+		res, err := st.Steps(ctx, []state.Step{{Key: "retry:p", Ratio: &ratio}, {Key: "breaker:p", Breaker: &acquire}})
+		require.NoError(t, err)
+		require.False(t, res[1].Breaker.Granted)
+	}
+	stats := commandstats(t, admin)
+	for name, n := range stats {
+		require.False(t, writes[name], "%s ran %d times: %v", name, n, stats)
+	}
+	require.Positive(t, stats["evalsha"]+stats["eval"], "the steps ran: %v", stats)
+	after, err := admin.HGetAll(ctx, key).Result()
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	ttl2, err := admin.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	require.LessOrEqual(t, ttl2, ttl, "the expiry was not refreshed")
 }
