@@ -86,7 +86,7 @@ func (s *Store) encode(st state.Step) (encoded, error) {
 	var args []any
 	switch {
 	case st.Breaker != nil:
-		a, err := breakerArgs(*st.Breaker)
+		a, err := s.breakerArgs(*st.Breaker)
 		if err != nil {
 			return e, err
 		}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
@@ -28,6 +31,14 @@ type Options struct {
 	// Timeout bounds each step on Redis; 0 → DefaultTimeout. A step that
 	// takes longer is abandoned and the policy decides locally.
 	Timeout time.Duration
+	// Watch subscribes the Store to the transitions of its breakers, which
+	// every step that makes one publishes (channel "<Namespace>:moved"),
+	// watched or not: a worker whose breaker refuses calls itself while
+	// Redis last showed it open asks Redis again as soon as another worker
+	// moves it (closes it by hand). Without it, the worker waits for the
+	// cool-down it saw. The subscription holds a connection of rdb's (a
+	// *redis.Client or *redis.ClusterClient); Close ends it.
+	Watch bool
 }
 
 // Store is a [state.State] on Redis. It is safe for concurrent use.
@@ -35,6 +46,12 @@ type Store struct {
 	rdb     redis.Scripter
 	ns      string
 	timeout time.Duration
+
+	// With Watch: the highest generation heard per breaker key, and the
+	// subscription's end.
+	moved sync.Map // logical key → *atomic.Uint64
+	stop  context.CancelFunc
+	done  chan struct{}
 }
 
 var _ state.State = (*Store)(nil)
@@ -49,7 +66,72 @@ func New(rdb redis.Scripter, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Store{rdb: rdb, ns: opts.Namespace, timeout: opts.Timeout}
+	s := &Store{rdb: rdb, ns: opts.Namespace, timeout: opts.Timeout}
+	if sub, ok := rdb.(subscriber); ok && opts.Watch {
+		ctx, stop := context.WithCancel(context.Background())
+		s.stop, s.done = stop, make(chan struct{})
+		ps := sub.Subscribe(ctx, s.channel())
+		go s.listen(ctx, ps)
+	}
+	return s
+}
+
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+func (s *Store) channel() string { return s.ns + ":moved" }
+
+// listen keeps the generations the transitions published carry, until ctx
+// ends. A message lost while the subscription reconnects costs nothing
+// but the early end of a cool-down.
+func (s *Store) listen(ctx context.Context, ps *redis.PubSub) {
+	defer close(s.done)
+	defer ps.Close()
+	ch := ps.Channel()
+	prefix := s.ns + ":"
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			key, g, found := strings.Cut(m.Payload, " ")
+			gen, err := strconv.ParseUint(g, 10, 64)
+			if !found || err != nil || !strings.HasPrefix(key, prefix) {
+				continue // not a transition of this store's
+			}
+			v, _ := s.moved.LoadOrStore(strings.TrimPrefix(key, prefix), new(atomic.Uint64))
+			for n := v.(*atomic.Uint64); ; {
+				if cur := n.Load(); cur >= gen || n.CompareAndSwap(cur, gen) {
+					break
+				}
+			}
+		}
+	}
+}
+
+var _ state.Watcher = (*Store)(nil)
+
+// Moved implements state.Watcher: the highest generation of the breaker
+// under key heard published, 0 without Watch.
+func (s *Store) Moved(key string) uint64 {
+	if v, ok := s.moved.Load(key); ok {
+		return v.(*atomic.Uint64).Load()
+	}
+	return 0
+}
+
+// Close ends the subscription Watch started and waits for it to end. The
+// Store's steps still work after it; rdb is the caller's to close.
+func (s *Store) Close() error {
+	if s.stop != nil {
+		s.stop()
+		<-s.done
+	}
+	return nil
 }
 
 // ClientOptions are options for a client to Redis at addr whose every
@@ -232,6 +314,9 @@ if dirty then
   redis.call('HSET', KEYS[1], 's', s, 'g', g, 'c', c, 'o', o, 'p', p, 'k', k, 'e', e, 'f', f, 'u', u, 'l', l)
   if changed == 1 then
     for j = 0, 9 do redis.call('HDEL', KEYS[1], 'i' .. j, 'n' .. j, 'x' .. j) end
+    -- The transition is published (ARGV[16], the store's channel) for
+    -- the workers that refuse calls themselves while they saw it open.
+    if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[16], KEYS[1] .. ' ' .. g) end
   end
   redis.call('PEXPIRE', KEYS[1], ttl)
 end
@@ -246,7 +331,7 @@ var opKinds = map[state.BreakerOpKind]string{
 
 // Breaker implements state.State.
 func (s *Store) Breaker(ctx context.Context, key string, op state.BreakerOp) (state.BreakerView, error) {
-	args, err := breakerArgs(op)
+	args, err := s.breakerArgs(op)
 	if err != nil {
 		return state.BreakerView{}, err
 	}
@@ -262,7 +347,7 @@ func (s *Store) Breaker(ctx context.Context, key string, op state.BreakerOp) (st
 }
 
 // breakerArgs are the script's ARGV for op.
-func breakerArgs(op state.BreakerOp) ([]any, error) {
+func (s *Store) breakerArgs(op state.BreakerOp) ([]any, error) {
 	kind, ok := opKinds[op.Kind]
 	if !ok {
 		return nil, fmt.Errorf("redisstate: unknown breaker step %d", op.Kind)
@@ -278,7 +363,7 @@ func breakerArgs(op state.BreakerOp) ([]any, error) {
 	return []any{kind, op.Now.UnixMicro(),
 		op.FailureThreshold, op.Delay.Microseconds(), op.HalfOpenProbes, op.SuccessThreshold, ttlMs(op.TTL),
 		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
-		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds()}, nil
+		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds(), s.channel()}, nil
 }
 
 func breakerView(res []any) (state.BreakerView, error) {

@@ -154,6 +154,9 @@ func (b *Breaker) AcquireIn(ctx context.Context, clk clock.Clock) (Permit, bool)
 	cooling := b.viewed && !b.degraded && state.Cooling(b.view, now, b.lim.Delay)
 	gen := b.view.Gen
 	b.mu.Unlock()
+	if w, ok := b.lim.State.(state.Watcher); ok && cooling && w.Moved(b.lim.Key) > gen {
+		cooling = false // another worker moved it since: ask
+	}
 	pend := PendingFrom(ctx)
 	if cooling {
 		pend.drop(b.lim.State)

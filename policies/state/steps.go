@@ -127,3 +127,27 @@ func (m *Memory) Steps(_ context.Context, steps []Step) ([]StepResult, error) {
 }
 
 var _ Stepper = (*Memory)(nil)
+
+// Watcher is a State that hears of the transitions of its breakers,
+// whichever worker made them: Moved returns the highest generation it has
+// heard the breaker under key reach (0 if none). A breaker that refuses
+// calls itself while the State last showed it open (see [Cooling]) asks
+// the State again as soon as Moved passes the generation it saw: a worker
+// that closed the breaker (Set, or its probes) lets the others through at
+// once, not when their cool-downs end. Without a Watcher they wait for the
+// cool-down, which is what the State would answer unless the breaker was
+// moved by hand.
+type Watcher interface {
+	Moved(key string) uint64
+}
+
+// Moved implements Watcher: the breaker's generation now, as every
+// worker on m sees at once.
+func (m *Memory) Moved(key string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.breakers[key]; r != nil {
+		return r.Gen
+	}
+	return 0
+}
