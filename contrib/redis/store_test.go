@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
 		os.Exit(runWorker())
 	}
+	if os.Getenv(probeEnv) != "" {
+		os.Exit(runProbeWorker())
+	}
 	goleak.VerifyTestMain(m)
 }
 
