@@ -63,7 +63,7 @@ func (c *rtCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 // rtWorker is one worker's layer on a Store of its own namespace.
 type rtWorker struct {
-	rdb   *redis.Client
+	rdb   redis.UniversalClient
 	rt    *rtCounter
 	store *redisstate.Store
 	call  func(ctx context.Context) error
@@ -73,8 +73,13 @@ type rtWorker struct {
 }
 
 func newRTWorker(t testing.TB, addr string, c rtCase) *rtWorker {
-	w := &rtWorker{rt: &rtCounter{}}
-	w.rdb = redis.NewClient(redisstate.ClientOptions(addr, testStep))
+	return newRTWorkerOn(t, redis.NewClient(redisstate.ClientOptions(addr, testStep)), c)
+}
+
+// newRTWorkerOn is a worker on rdb (a client or a cluster's), which it
+// closes when the test ends.
+func newRTWorkerOn(t testing.TB, rdb redis.UniversalClient, c rtCase) *rtWorker {
+	w := &rtWorker{rt: &rtCounter{}, rdb: rdb}
 	w.rdb.AddHook(w.rt)
 	t.Cleanup(func() { _ = w.rdb.Close() })
 	ns := fmt.Sprintf("rt-%s-%d", c.name, time.Now().UnixNano())

@@ -171,6 +171,18 @@ var ErrReply = errors.New("redisstate: unexpected reply")
 
 func (s *Store) key(k string) string { return s.ns + ":" + k }
 
+// family is the hash tag of a rate budget's windows: the key of the breaker
+// of the same name ("retry:openai" → "<ns>:breaker:openai"), which has no
+// tag of its own and so hashes as the tag does. On a Redis Cluster a
+// breaker and the rate budget of its name then share a slot, and a batch
+// of their steps is one script. Another key is its own family.
+func (s *Store) family(key string) string {
+	if name, ok := strings.CutPrefix(key, "retry:"); ok {
+		return s.key("breaker:" + name)
+	}
+	return s.key(key)
+}
+
 // run runs one script with the store's timeout.
 func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -444,8 +456,9 @@ return {ok, tostring(calls), tostring(retries)}
 
 var ratioScript = redis.NewScript(ratioLua)
 
-// Ratio implements state.State. Both windows' keys share a hash tag, so
-// that on a cluster they live on one node.
+// Ratio implements state.State. Both windows' keys share a hash tag, the
+// breaker's of the same name (see family), so that on a cluster they live
+// on one node, the breaker's.
 func (s *Store) Ratio(ctx context.Context, key string, op state.RatioOp) (state.RatioView, error) {
 	keys, args := s.ratioStep(key, op)
 	res, err := s.run(ctx, ratioScript, keys, args...)
@@ -462,7 +475,7 @@ func (s *Store) Ratio(ctx context.Context, key string, op state.RatioOp) (state.
 // ratioStep is the script's KEYS and ARGV for op on key.
 func (s *Store) ratioStep(key string, op state.RatioOp) ([]string, []any) {
 	idx, into := state.RatioWindow(op.Now, op.Window)
-	base := s.key("{" + key + "}:")
+	base := s.key("{" + s.family(key) + "}:" + key + ":")
 	retry := "0"
 	if op.Retry {
 		retry = "1"
