@@ -34,6 +34,7 @@ type rtCase struct {
 	name string
 	fail func(i int) bool // the downstream fails attempt i (counted from 0)
 	open bool             // the breaker is open before the case starts
+	lease int             // the breaker's LeaseCalls
 }
 
 var rtCases = []rtCase{
@@ -41,6 +42,9 @@ var rtCases = []rtCase{
 	{name: "refusal", fail: func(int) bool { return false }, open: true},
 	// One call in ten fails its first attempt and succeeds on its retry.
 	{name: "fail10", fail: func(i int) bool { return i%11 == 0 }},
+	// With a lease of 10 calls: one ask in 11 calls.
+	{name: "success-lease", fail: func(int) bool { return false }, lease: 10},
+	{name: "fail10-lease", fail: func(i int) bool { return i%11 == 0 }, lease: 10},
 }
 
 // rtCounter counts the round trips of a client: each command sent alone,
@@ -84,7 +88,7 @@ func newRTWorkerOn(t testing.TB, rdb redis.UniversalClient, c rtCase) *rtWorker 
 	t.Cleanup(func() { _ = w.rdb.Close() })
 	ns := fmt.Sprintf("rt-%s-%d", c.name, time.Now().UnixNano())
 	w.store = redisstate.New(w.rdb, redisstate.Options{Namespace: ns, Timeout: testStep})
-	w.cb = policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Name: "provider", State: w.store, FailureThreshold: 5, Delay: 60 * time.Second})
+	w.cb = policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Name: "provider", State: w.store, FailureThreshold: 5, Delay: 60 * time.Second, LeaseCalls: c.lease})
 	retry := policies.RetryConfig{MaxAttempts: 3, Budget: policies.NewRetryBudget(policies.RetryBudgetConfig{Name: "provider", State: w.store, MinRetries: 1 << 20})}
 	layer := middleware.Layer[struct{}, struct{}]("model", middleware.Spec[struct{}]{
 		Policies: []failsafe.Policy[struct{}]{policies.NewRetry[struct{}](retry), w.cb},
@@ -167,6 +171,33 @@ func measure(t testing.TB, addr string, c rtCase, calls int) rtResult {
 	return r
 }
 
+// measureGoBreaker is measure for gobreaker v2's distributed breaker.
+func measureGoBreaker(t testing.TB, addr string, c rtCase, calls int) rtResult {
+	admin := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer admin.Close()
+	rt := &rtCounter{}
+	rdb := redis.NewClient(redisstate.ClientOptions(addr, testStep))
+	defer rdb.Close()
+	rdb.AddHook(rt)
+	call := newGoBreaker(t, rdb, c)
+	require.NoError(t, admin.ConfigResetStat(context.Background()).Err())
+	rt.n.Store(0)
+	for range calls {
+		call()
+	}
+	stats := commandstats(t, admin)
+	r := rtResult{RoundTrips: float64(rt.n.Load()) / float64(calls), Stats: stats}
+	var cmds, wr int64
+	for name, n := range stats {
+		cmds += n
+		if writes[name] {
+			wr += n
+		}
+	}
+	r.Commands, r.Writes = float64(cmds)/float64(calls), float64(wr)/float64(calls)
+	return r
+}
+
 // The counts are the machine's no more than the rules are: they are the
 // test's assertions, the ceiling each case is held to.
 func TestRoundTripsPerCall(t *testing.T) {
@@ -184,8 +215,18 @@ func TestRoundTripsPerCall(t *testing.T) {
 		// A failure adds one batch: its record, the task's draw, the
 		// rate budget's retry; and the retry's acquire.
 		"fail10": {1.2, 4.6},
+		// One ask, carrying the leased calls' records, per lease: as
+		// many writes as without, fewer round trips.
+		"success-lease": {0.1, 4},
+		// A failure ends the lease: its batch, and the retry's ask.
+		"fail10-lease": {0.2, 4.6},
 	}
 	for _, c := range rtCases {
+		if c.lease == 0 {
+			gb := measureGoBreaker(t, addr, c, calls)
+			t.Logf("gobreaker v2 %-8s round trips/call %.2f, commands/call %.2f, writes/call %.2f: %v", c.name, gb.RoundTrips, gb.Commands, gb.Writes, gb.Stats)
+			require.GreaterOrEqual(t, gb.RoundTrips, 4.0, "gobreaker's distributed breaker: GET, lock, SET, unlock")
+		}
 		r := measure(t, addr, c, calls)
 		t.Logf("%-8s round trips/call %.2f, commands/call %.2f, writes/call %.2f: %v", c.name, r.RoundTrips, r.Commands, r.Writes, r.Stats)
 		require.LessOrEqual(t, r.RoundTrips, want[c.name].rt+0.01, c.name)
@@ -221,9 +262,21 @@ func BenchmarkFleetCall(b *testing.B) {
 			}
 			b.ReportMetric(float64(p50(calls))/float64(p50(raws)), "x-raw-evalsha")
 			b.ReportMetric(float64(p50(calls))/float64(p50(gbs)), "x-gobreaker")
+			// A lease makes most calls local and one in many ask: the
+			// mean says what a call costs on the whole.
+			b.ReportMetric(float64(total(calls))/float64(total(raws)), "x-raw-evalsha-mean")
+			b.ReportMetric(float64(total(calls))/float64(total(gbs)), "x-gobreaker-mean")
 			b.ReportMetric(float64(p50(calls)), "p50-ns/call")
 		})
 	}
+}
+
+func total(ds []time.Duration) time.Duration {
+	var t time.Duration
+	for _, d := range ds {
+		t += d
+	}
+	return t
 }
 
 func p50(ds []time.Duration) time.Duration {

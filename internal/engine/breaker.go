@@ -35,6 +35,12 @@ type BreakerLimits struct {
 	State state.State
 	Key   string        // the record's key in State
 	TTL   time.Duration // the record expires this long after its last step
+	// LeaseCalls > 0: a grant of the shared State while closed lets the
+	// breaker grant itself that many more calls, for at most LeaseFor on
+	// its clock, until a failure, a degraded step or a transition heard
+	// (state.Watcher) ends the lease.
+	LeaseCalls int
+	LeaseFor   time.Duration
 }
 
 // Breaker is a circuit breaker: its rule is [state.BreakerEntry.Apply],
@@ -64,7 +70,12 @@ type Breaker struct {
 	// closed, not yet sent: they travel in front of this worker's next
 	// step on the shared State (a state.Stepper), so that no call waits
 	// for its success to be recorded.
-	pending []state.BreakerOp
+	pending []Deferred
+	// lease: the calls this worker may still grant itself while the
+	// shared record stays closed in generation leaseGen, until leaseUntil.
+	leaseLeft  int
+	leaseGen   uint64
+	leaseUntil time.Time
 
 	// now mirrors the state State reports (the shared view's, or the local
 	// record's), written under mu after every step that may change it:
@@ -162,6 +173,9 @@ func (b *Breaker) AcquireIn(ctx context.Context, clk clock.Clock) (Permit, bool)
 		pend.drop(b.lim.State)
 		return Permit{gen: gen, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, false
 	}
+	if p, ok := b.leased(now, pend); ok {
+		return p, true
+	}
 	if _, ok := b.lim.State.(state.Stepper); ok {
 		op := b.settings(state.BreakerOp{Kind: state.BreakerAcquire})
 		op.Now = now
@@ -170,6 +184,11 @@ func (b *Breaker) AcquireIn(ctx context.Context, clk clock.Clock) (Permit, bool)
 			p, ok := b.acquireLocal(clk)
 			p.use = state.Use{Policy: state.PolicyBreaker, Degraded: err}
 			return p, ok
+		}
+		if v.Granted && !v.Probe && v.State == circuitbreaker.ClosedState && b.lim.LeaseCalls > 0 {
+			b.mu.Lock()
+			b.leaseLeft, b.leaseGen, b.leaseUntil = b.lim.LeaseCalls, v.Gen, now.Add(b.lim.LeaseFor)
+			b.mu.Unlock()
 		}
 		return Permit{gen: v.Gen, probe: v.Probe, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, v.Granted
 	}
@@ -212,6 +231,35 @@ func (b *Breaker) local(op state.BreakerOp, clk clock.Clock) state.BreakerView {
 	return v
 }
 
+// leased grants a call on the breaker's lease, if it holds one that still
+// holds at now: the call's pending steps on the State (its record for a
+// rate budget) wait with the breaker's own for its next ask.
+func (b *Breaker) leased(now time.Time, pend *Pending) (Permit, bool) {
+	if b.lim.LeaseCalls <= 0 {
+		return Permit{}, false
+	}
+	moved := uint64(0)
+	if w, ok := b.lim.State.(state.Watcher); ok {
+		moved = w.Moved(b.lim.Key)
+	}
+	b.mu.Lock()
+	ok := b.leaseLeft > 0 && !b.degraded && b.view.Gen == b.leaseGen && now.Before(b.leaseUntil) && moved <= b.leaseGen
+	if !ok {
+		b.leaseLeft = 0
+		b.mu.Unlock()
+		return Permit{}, false
+	}
+	b.leaseLeft--
+	gen := b.leaseGen
+	b.mu.Unlock()
+	if ds := pend.take(b.lim.State); len(ds) > 0 {
+		b.mu.Lock()
+		b.pending = append(b.pending, ds...)
+		b.mu.Unlock()
+	}
+	return Permit{gen: gen, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, true
+}
+
 // shared makes one step on the shared State and keeps what it returns; a
 // failed step marks the breaker degraded until one succeeds. With a
 // state.Stepper the successes not yet sent go in front of it.
@@ -236,9 +284,7 @@ func (b *Breaker) batch(before []Deferred, op *state.BreakerOp) (state.BreakerVi
 	b.pending = nil
 	b.mu.Unlock()
 	ds := make([]Deferred, 0, len(own)+len(before)+1)
-	for _, o := range own {
-		ds = append(ds, b.deferRecord(o, false))
-	}
+	ds = append(ds, own...)
 	ds = append(ds, before...)
 	var v state.BreakerView
 	var verr error
@@ -324,7 +370,7 @@ func (b *Breaker) RecordIn(ctx context.Context, p Permit, c state.Count, clk clo
 	case state.Success:
 		op.Now = b.clock(clk).Now()
 		b.mu.Lock()
-		b.pending = append(b.pending, op)
+		b.pending = append(b.pending, b.deferRecord(op, false))
 		full := len(b.pending) >= maxPending
 		b.mu.Unlock()
 		if !full {
@@ -333,6 +379,10 @@ func (b *Breaker) RecordIn(ctx context.Context, p Permit, c state.Count, clk clo
 		_, err := b.batch(nil, nil)
 		return err
 	}
+	// A failure ends the lease: the next call asks.
+	b.mu.Lock()
+	b.leaseLeft = 0
+	b.mu.Unlock()
 	pend := PendingFrom(ctx)
 	if pend == nil {
 		return b.Record(p, c, clk)
