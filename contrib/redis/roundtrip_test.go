@@ -31,10 +31,10 @@ import (
 
 // rtCase is one case of the measure: how its calls end.
 type rtCase struct {
-	name string
-	fail func(i int) bool // the downstream fails attempt i (counted from 0)
-	open bool             // the breaker is open before the case starts
-	lease int             // the breaker's LeaseCalls
+	name  string
+	fail  func(i int) bool // the downstream fails attempt i (counted from 0)
+	open  bool             // the breaker is open before the case starts
+	lease int              // the breaker's LeaseCalls
 }
 
 var rtCases = []rtCase{
