@@ -27,6 +27,7 @@ type call[Req, Resp any] struct {
 	meter     *instruments // likewise
 	req       Req
 	inner     step[Req, Resp] // the per-attempt chain the retry loop runs
+	pend      *engine.Pending // the retry loop's steps on a shared state, waiting for the next that needs an answer
 	frame     frame
 	root      root
 	fctx      frameCtx

@@ -27,31 +27,29 @@ type Deferred struct {
 // Pending holds the deferred steps of one call through a retry loop: the
 // record of the call, the failure of its last attempt. The loop's next
 // step on the same State (the breaker's acquire, the budgets' draw) takes
-// them; what is left when the call ends is sent then.
+// them; what is left when the call ends is sent then. [Do] makes one per
+// call and hands it to an Attempter that is a [PendingUser]; a nil
+// *Pending (a breaker outside a retry loop) defers nothing.
 type Pending struct {
 	mu    sync.Mutex
 	steps []Deferred
 }
 
-type pendingKey struct{}
-
-// withPending returns a context that carries p to the steps of the call.
-func withPending(ctx context.Context, p *Pending) context.Context {
-	return context.WithValue(ctx, pendingKey{}, p)
+// PendingUser is an Attempter whose attempts take the call's pending
+// steps: Do hands it the call's before the first attempt.
+type PendingUser interface {
+	UsePending(p *Pending)
 }
 
-// PendingFrom returns the pending steps of the call ctx belongs to, or nil
-// outside a retry loop.
-func PendingFrom(ctx context.Context) *Pending {
-	p, _ := ctx.Value(pendingKey{}).(*Pending)
-	return p
-}
-
-// Add defers d.
-func (p *Pending) Add(d Deferred) {
+// Add defers d. It reports false, deferring nothing, on a nil Pending.
+func (p *Pending) Add(d Deferred) bool {
+	if p == nil {
+		return false
+	}
 	p.mu.Lock()
 	p.steps = append(p.steps, d)
 	p.mu.Unlock()
+	return true
 }
 
 // take removes the steps on st and returns them, in the order they came.

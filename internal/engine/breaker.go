@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,11 +143,11 @@ func (b *Breaker) clock(clk clock.Clock) clock.Clock { return Or(b.lim.Clock, cl
 // half open with every probe slot taken). With a shared State it asks the
 // state, and its local state when the shared one fails.
 func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
-	return b.AcquireIn(context.Background(), clk)
+	return b.AcquireWith(nil, clk)
 }
 
-// AcquireIn is Acquire for an attempt of a call whose steps on the shared
-// State may be pending in ctx (see [PendingFrom]): with a state.Stepper,
+// AcquireWith is Acquire for an attempt of a call whose steps on the shared
+// State may be pending in pend (see [Pending]): with a state.Stepper,
 // they and the successes this worker has not sent yet go in one batch with
 // the acquire, one round trip.
 //
@@ -156,7 +155,7 @@ func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
 // until the cool-down it saw ends, the same test the store makes: it sends
 // nothing, and the call's record for a rate budget is dropped, as the call
 // never reached anything.
-func (b *Breaker) AcquireIn(ctx context.Context, clk clock.Clock) (Permit, bool) {
+func (b *Breaker) AcquireWith(pend *Pending, clk clock.Clock) (Permit, bool) {
 	if b.lim.State == nil {
 		return b.acquireLocal(clk)
 	}
@@ -168,7 +167,6 @@ func (b *Breaker) AcquireIn(ctx context.Context, clk clock.Clock) (Permit, bool)
 	if w, ok := b.lim.State.(state.Watcher); ok && cooling && w.Moved(b.lim.Key) > gen {
 		cooling = false // another worker moved it since: ask
 	}
-	pend := PendingFrom(ctx)
 	if cooling {
 		pend.drop(b.lim.State)
 		return Permit{gen: gen, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, false
@@ -351,15 +349,15 @@ func (b *Breaker) Record(p Permit, c state.Count, clk clock.Clock) error {
 // one is sent at once with them.
 const maxPending = 64
 
-// RecordIn is Record for an attempt of a call whose steps on the shared
-// State may be pending in ctx. With a state.Stepper: a success while
+// RecordWith is Record for an attempt of a call whose steps on the shared
+// State may be pending in pend. With a state.Stepper: a success while
 // closed is held back, sent in front of this worker's next step on the
-// State; a failure is left pending in ctx (when ctx has a retry loop's,
-// see [PendingFrom]) for the loop's next step, the retry's draw or the
+// State; a failure is left pending in pend (a retry loop's, see
+// [Pending]) for the loop's next step, the retry's draw or the
 // next acquire, which sends it first and stops if it opened the breaker;
 // an ignored end of a closed permit changes nothing and is not sent. A
 // probe's end decides the half-open breaker, and is sent at once.
-func (b *Breaker) RecordIn(ctx context.Context, p Permit, c state.Count, clk clock.Clock) error {
+func (b *Breaker) RecordWith(pend *Pending, p Permit, c state.Count, clk clock.Clock) error {
 	if _, ok := b.lim.State.(state.Stepper); !ok || !p.use.Shared || p.probe {
 		return b.Record(p, c, clk)
 	}
@@ -383,7 +381,6 @@ func (b *Breaker) RecordIn(ctx context.Context, p Permit, c state.Count, clk clo
 	b.mu.Lock()
 	b.leaseLeft = 0
 	b.mu.Unlock()
-	pend := PendingFrom(ctx)
 	if pend == nil {
 		return b.Record(p, c, clk)
 	}

@@ -93,7 +93,9 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 	// the call goes with the breaker's acquire, an attempt's failure with
 	// the retry's draw. What is left when the call ends is sent then.
 	pend := &Pending{}
-	ctx = withPending(ctx, pend)
+	if u, ok := a.(PendingUser); ok {
+		u.UsePending(pend)
+	}
 	defer pend.flush(stateCtx())
 	if r.Rate != nil {
 		if d, _, ok := batchable(ctx, r.Rate, true); ok {
@@ -127,7 +129,7 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 		}
 		f := a.Judge(ctx, err)
 		g, _ := a.(Gate)
-		d := r.Decide(ctx, clk, n, f, g)
+		d := r.decide(ctx, clk, n, f, g, pend)
 		a.Done(n, err, d)
 		if !d.Retry {
 			if d.Refusal != nil {
@@ -156,6 +158,12 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 // has drawn its retry from the budgets (Do holds a rate-budget permit while
 // the retry runs, and releases it when the retry ends).
 func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g Gate) Decision {
+	return r.decide(ctx, clk, n, f, g, nil)
+}
+
+// decide is Decide for a call whose steps on a shared State may be pending
+// in pend.
+func (r *Retry) decide(ctx context.Context, clk clock.Clock, n int, f Failure, g Gate, pend *Pending) Decision {
 	switch {
 	case ctx.Err() != nil:
 		return Decision{Outcome: telemetry.OutcomeCanceled}
@@ -198,10 +206,10 @@ func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 	// A refused attempt reached nothing: its retry draws from no budget.
 	var decided []func() (bool, state.Use)
 	if stop == nil && !f.Held {
-		decided = r.drawBatched(ctx)
+		decided = r.drawBatched(ctx, pend)
 	} else if g != nil {
 		// The gate reads the breaker as the failure left it.
-		PendingFrom(ctx).flush(stateCtx())
+		pend.flush(stateCtx())
 	}
 	if d, refused := refuse(g); refused {
 		return d
@@ -265,8 +273,7 @@ func refuse(g Gate) (Decision, bool) {
 // missing budget's says yes), or nil when the steps cannot be batched: the
 // pending steps are then sent alone, and the budgets decide as they would
 // without a batch.
-func (r *Retry) drawBatched(ctx context.Context) []func() (bool, state.Use) {
-	pend := PendingFrom(ctx)
+func (r *Retry) drawBatched(ctx context.Context, pend *Pending) []func() (bool, state.Use) {
 	yes := func() (bool, state.Use) { return true, state.Use{} }
 	decided := []func() (bool, state.Use){yes, yes}
 	var ds []Deferred
