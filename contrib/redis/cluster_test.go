@@ -139,7 +139,7 @@ func TestRoundTripsOnACluster(t *testing.T) {
 		// One call in ten fails once: its batch is three parts (the
 		// breaker's slot, the task's, the breaker's), and its retry's
 		// acquire one more.
-		want := map[string]float64{"success": 1, "refusal": 0, "fail10": 1.4}[c.name]
+		want := map[string]float64{"success": 1, "refusal": 0, "fail10": 1.4, "success-lease": 0.1, "fail10-lease": 0.4}[c.name]
 		require.LessOrEqual(t, rt, want+0.01, c.name)
 	}
 }
