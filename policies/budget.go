@@ -44,13 +44,18 @@ func WithSharedTaskBudget(ctx context.Context, st state.State, taskID string, re
 	if st == nil {
 		return WithTaskBudget(ctx, retries)
 	}
-	return engine.WithBudget(ctx, &TaskBudget{limit: int64(max(retries, 0)), state: st, key: "task:" + taskID, ttl: 24 * time.Hour})
+	return engine.WithBudget(ctx, batchTask{&TaskBudget{limit: int64(max(retries, 0)), state: st, key: "task:" + taskID, ttl: 24 * time.Hour}})
 }
 
 // TaskBudgetFrom returns the context's task budget, or nil.
 func TaskBudgetFrom(ctx context.Context) *TaskBudget {
-	b, _ := engine.BudgetFrom(ctx).(*TaskBudget)
-	return b
+	switch b := engine.BudgetFrom(ctx).(type) {
+	case *TaskBudget:
+		return b
+	case batchTask:
+		return b.TaskBudget
+	}
+	return nil
 }
 
 // TryDraw takes one retry from the budget and reports whether there was one.
@@ -72,9 +77,17 @@ func (b *TaskBudget) Draw(ctx context.Context) (bool, state.Use) {
 	return b.seen(v), state.Use{Policy: state.PolicyBudget, Shared: true}
 }
 
-// Deferred implements the engine's Batchable: the draw as a step that
-// travels in one batch with the retry's other steps on the State.
-func (b *TaskBudget) Deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+// batchTask is a shared task budget as the retry loop sees it
+// (engine.Batchable): its draw may travel in one batch with the retry's
+// other steps on the State.
+type batchTask struct{ *TaskBudget }
+
+func (b batchTask) Deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+	return b.deferred(ctx, call)
+}
+
+// deferred is the draw as a step that waits for a batch, and its decision.
+func (b *TaskBudget) deferred(_ context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
 	if b.state == nil || call {
 		return engine.Deferred{}, nil, false
 	}
@@ -223,10 +236,18 @@ func (b *RetryBudget) step(ctx context.Context, retry bool) (bool, state.Use) {
 	return v.OK, use
 }
 
-// Deferred implements the engine's Batchable: the record of a call (call)
-// or the ask for a retry as a step that travels in one batch with the
-// call's other steps on the State. A record is no gate; a retry is.
-func (b *RetryBudget) Deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+// batchRate is a shared retry budget as the retry loop sees it
+// (engine.Batchable): the record of a call (call) or the ask for a retry
+// may travel in one batch with the call's other steps on the State.
+type batchRate struct{ *RetryBudget }
+
+func (b batchRate) Deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+	return b.deferred(ctx, call)
+}
+
+// deferred is the step that waits for a batch, and its decision. A record
+// is no gate; a retry is.
+func (b *RetryBudget) deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
 	if b.cfg.State == nil {
 		return engine.Deferred{}, nil, false
 	}
