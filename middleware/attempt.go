@@ -34,6 +34,10 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 	return c.inner(ctx, c, c.req)
 }
 
+// UsePending implements engine.PendingUser: the breaker steps of the
+// call's attempts send the loop's pending steps with their own.
+func (c *call[Req, Resp]) UsePending(p *engine.Pending) { c.pend = p }
+
 func (c *call[Req, Resp]) Judge(ctx context.Context, err error) engine.Failure {
 	c.classify(ctx, err)
 	f := c.fail.last.fail

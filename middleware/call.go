@@ -27,6 +27,7 @@ type call[Req, Resp any] struct {
 	meter     *instruments // likewise
 	req       Req
 	inner     step[Req, Resp] // the per-attempt chain the retry loop runs
+	pend      *engine.Pending // the retry loop's steps on a shared state, waiting for the next that needs an answer
 	frame     frame
 	root      root
 	fctx      frameCtx
@@ -275,7 +276,8 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome string, attempts 
 	if root {
 		n = spanCounts{calls: c.root.calls.Load(), untraced: c.root.untraced.Load(), uncounted: c.root.uncounted.Load(), worst: c.frame.worst()}
 	}
-	b, budgeted := engine.BudgetFrom(c.fctx.Context).(*policies.TaskBudget)
+	b := policies.TaskBudgetFrom(c.fctx.Context)
+	budgeted := b != nil
 	if err == nil && !budgeted {
 		if ok := l.ok.of(c.frame.depth, outcome, attempts, root, n); ok != nil {
 			c.span.SetAttributes(ok...)

@@ -132,7 +132,7 @@ func (l *layer[Req, Resp]) breakerStep(h breakerPolicy, next step[Req, Resp]) st
 	l.meter.watch(b, l.name)
 	return func(ctx context.Context, c *call[Req, Resp], req Req) (Resp, error) {
 		clk := l.clock()
-		permit, ok := b.Acquire(clk)
+		permit, ok := b.AcquireWith(c.pend, clk)
 		if !ok {
 			c.noteState(ctx, c.current(), permit.State())
 			if c.recording {
@@ -159,7 +159,7 @@ func (l *layer[Req, Resp]) breakerStep(h breakerPolicy, next step[Req, Resp]) st
 		case err != nil:
 			count = engine.CountOf(string(c.classifyFor(ctx, h, err).Class))
 		}
-		if serr := b.Record(permit, count, clk); serr != nil {
+		if serr := b.RecordWith(c.pend, permit, count, clk); serr != nil {
 			c.noteState(ctx, spanOr(span, c.current()), state.Use{Policy: state.PolicyBreaker, Degraded: serr})
 		}
 		c.endPolicySpan(ctx, span, err)

@@ -92,6 +92,17 @@ type BreakerConfig struct {
 	// StateTTL is how long the shared record outlives its last use; 0 → ten
 	// cool-downs, at least an hour (an expired record starts closed).
 	StateTTL time.Duration
+	// LeaseCalls, with a State, lets a worker that the State has just
+	// granted a call while closed grant itself the next LeaseCalls calls,
+	// for at most LeaseFor (0 → one cool-down's tenth, at most a second),
+	// without asking: their successes are sent with the next ask, and any
+	// failure at once, which ends the lease. Half open is never leased. The
+	// cost: a worker whose calls succeed may admit up to LeaseCalls calls,
+	// within LeaseFor, after the breaker opened elsewhere (a store that
+	// publishes transitions, contrib/redis with Watch, cuts that short).
+	// 0 → no lease: every call asks the State.
+	LeaseCalls int
+	LeaseFor   time.Duration
 }
 
 // CircuitBreaker is the breaker [NewCircuitBreaker] builds. It implements
@@ -137,6 +148,9 @@ func NewCircuitBreaker[R any](cfg BreakerConfig) *CircuitBreaker[R] {
 	if cfg.ProbeLease <= 0 {
 		cfg.ProbeLease = cfg.Delay
 	}
+	if cfg.LeaseCalls > 0 && cfg.LeaseFor <= 0 {
+		cfg.LeaseFor = min(cfg.Delay/10, time.Second)
+	}
 	if cfg.State != nil && cfg.StateTTL <= 0 {
 		cfg.StateTTL = max(time.Hour, 10*cfg.Delay)
 	}
@@ -148,7 +162,7 @@ func NewCircuitBreaker[R any](cfg BreakerConfig) *CircuitBreaker[R] {
 		Name: cfg.Name, FailureThreshold: cfg.FailureThreshold,
 		FailureRate: cfg.FailureRate, MinimumCalls: cfg.MinimumCalls, Window: cfg.Window, Delay: cfg.Delay, HalfOpenProbes: cfg.HalfOpenProbes, ProbeLease: cfg.ProbeLease,
 		SuccessThreshold: cfg.SuccessThreshold, Clock: cfg.Clock, OnStateChange: cfg.OnStateChange,
-		State: cfg.State, Key: "breaker:" + key, TTL: cfg.StateTTL,
+		State: cfg.State, Key: "breaker:" + key, TTL: cfg.StateTTL, LeaseCalls: cfg.LeaseCalls, LeaseFor: cfg.LeaseFor,
 	})
 	return &CircuitBreaker[R]{cfg: cfg, exec: &breakerExecutor[R]{judge: judge{classifier: cfg.Classifier}, b: b}}
 }

@@ -44,13 +44,18 @@ func WithSharedTaskBudget(ctx context.Context, st state.State, taskID string, re
 	if st == nil {
 		return WithTaskBudget(ctx, retries)
 	}
-	return engine.WithBudget(ctx, &TaskBudget{limit: int64(max(retries, 0)), state: st, key: "task:" + taskID, ttl: 24 * time.Hour})
+	return engine.WithBudget(ctx, batchTask{&TaskBudget{limit: int64(max(retries, 0)), state: st, key: "task:" + taskID, ttl: 24 * time.Hour}})
 }
 
 // TaskBudgetFrom returns the context's task budget, or nil.
 func TaskBudgetFrom(ctx context.Context) *TaskBudget {
-	b, _ := engine.BudgetFrom(ctx).(*TaskBudget)
-	return b
+	switch b := engine.BudgetFrom(ctx).(type) {
+	case *TaskBudget:
+		return b
+	case batchTask:
+		return b.TaskBudget
+	}
+	return nil
 }
 
 // TryDraw takes one retry from the budget and reports whether there was one.
@@ -69,6 +74,43 @@ func (b *TaskBudget) Draw(ctx context.Context) (bool, state.Use) {
 	if err != nil {
 		return b.drawLocal(), state.Use{Policy: state.PolicyBudget, Degraded: err}
 	}
+	return b.seen(v), state.Use{Policy: state.PolicyBudget, Shared: true}
+}
+
+// batchTask is a shared task budget as the retry loop sees it
+// (engine.Batchable): its draw may travel in one batch with the retry's
+// other steps on the State.
+type batchTask struct{ *TaskBudget }
+
+func (b batchTask) Deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+	return b.deferred(ctx, call)
+}
+
+// deferred is the draw as a step that waits for a batch, and its decision.
+func (b *TaskBudget) deferred(_ context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+	if b.state == nil || call {
+		return engine.Deferred{}, nil, false
+	}
+	var ok bool
+	var use state.Use
+	d := engine.Deferred{State: b.state, Step: state.Step{Key: b.key, Draw: &state.DrawOp{Limit: b.limit, TTL: b.ttl}, Gate: true},
+		Done: func(r state.StepResult, err error) {
+			switch {
+			case err != nil:
+				ok, use = b.drawLocal(), state.Use{Policy: state.PolicyBudget, Degraded: err}
+			case r.Skipped:
+				// A gate before it (the failure opened the breaker) stopped
+				// the retry: nothing was drawn.
+				ok, use = false, state.Use{Policy: state.PolicyBudget, Shared: true}
+			default:
+				ok, use = b.seen(r.Draw), state.Use{Policy: state.PolicyBudget, Shared: true}
+			}
+		}}
+	return d, func() (bool, state.Use) { return ok, use }, true
+}
+
+// seen follows the shared count up and returns the draw's answer.
+func (b *TaskBudget) seen(v state.DrawView) bool {
 	for {
 		// The local count follows the shared one up, never down.
 		used := b.used.Load()
@@ -79,7 +121,7 @@ func (b *TaskBudget) Draw(ctx context.Context) (bool, state.Use) {
 	if !v.OK {
 		b.deny.Add(1)
 	}
-	return v.OK, state.Use{Policy: state.PolicyBudget, Shared: true}
+	return v.OK
 }
 
 func (b *TaskBudget) drawLocal() bool {
@@ -192,6 +234,43 @@ func (b *RetryBudget) step(ctx context.Context, retry bool) (bool, state.Use) {
 	v, _ := b.local.Ratio(ctx, b.key, op) // memory never fails
 	b.seen(v)
 	return v.OK, use
+}
+
+// batchRate is a shared retry budget as the retry loop sees it
+// (engine.Batchable): the record of a call (call) or the ask for a retry
+// may travel in one batch with the call's other steps on the State.
+type batchRate struct{ *RetryBudget }
+
+func (b batchRate) Deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+	return b.deferred(ctx, call)
+}
+
+// deferred is the step that waits for a batch, and its decision. A record
+// is no gate; a retry is.
+func (b *RetryBudget) deferred(ctx context.Context, call bool) (engine.Deferred, func() (bool, state.Use), bool) {
+	if b.cfg.State == nil {
+		return engine.Deferred{}, nil, false
+	}
+	op := state.RatioOp{Retry: !call, Now: b.cfg.Clock.Now(), Window: b.cfg.Window, Ratio: b.cfg.Ratio, MinRetries: b.cfg.MinRetries}
+	var ok bool
+	var use state.Use
+	d := engine.Deferred{State: b.cfg.State, Step: state.Step{Key: b.key, Ratio: &op, Gate: !call}, Call: call,
+		Done: func(r state.StepResult, err error) {
+			switch {
+			case err != nil:
+				v, _ := b.local.Ratio(ctx, b.key, op) // memory never fails
+				b.seen(v)
+				ok, use = v.OK, state.Use{Policy: state.PolicyBudget, Degraded: err}
+			case r.Skipped:
+				// Not made: a gate before it stopped the retry, or the
+				// call was refused before it reached anything.
+				ok, use = false, state.Use{Policy: state.PolicyBudget, Shared: true}
+			default:
+				b.seen(r.Ratio)
+				ok, use = r.Ratio.OK, state.Use{Policy: state.PolicyBudget, Shared: true}
+			}
+		}}
+	return d, func() (bool, state.Use) { return ok, use }, true
 }
 
 func (b *RetryBudget) seen(v state.RatioView) {

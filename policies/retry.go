@@ -147,7 +147,9 @@ func NewRetry[R any](cfg RetryConfig) *Retry[R] {
 		b, rnd := cfg.Backoff, cfg.Rand
 		e.Backoff = func(n int) time.Duration { return b.Delay(n, rnd) }
 	}
-	if cfg.Budget != nil {
+	if rb, ok := cfg.Budget.(*RetryBudget); ok && rb.cfg.State != nil {
+		e.Rate = batchRate{rb}
+	} else if cfg.Budget != nil {
 		e.Rate, _ = cfg.Budget.(engine.RateBudget)
 	}
 	p.exec = &retryExecutor[R]{judge: judge{classifier: cfg.Classifier}, engine: e}

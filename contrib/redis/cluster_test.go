@@ -119,3 +119,27 @@ func TestStoreConformanceOnACluster(t *testing.T) {
 	}
 	require.Len(t, nodes, 3)
 }
+
+// On a cluster too a call costs one round trip: the breaker and the rate
+// budget of its name share a slot, so the admit is one script on one node;
+// a failure's batch is cut where the task's budget lives on another slot.
+func TestRoundTripsOnACluster(t *testing.T) {
+	addrs := startCluster(t)
+	for _, c := range rtCases {
+		rdb := redis.NewClusterClient(redisstate.ClusterOptions(addrs, testStep))
+		require.NoError(t, warm(rdb))
+		w := newRTWorkerOn(t, rdb, c)
+		w.rt.n.Store(0)
+		const calls = 550
+		for range calls {
+			_ = w.call(w.ctx)
+		}
+		rt := float64(w.rt.n.Load()) / calls
+		t.Logf("%-8s round trips/call on a cluster %.2f", c.name, rt)
+		// One call in ten fails once: its batch is three parts (the
+		// breaker's slot, the task's, the breaker's), and its retry's
+		// acquire one more.
+		want := map[string]float64{"success": 1, "refusal": 0, "fail10": 1.4, "success-lease": 0.1, "fail10-lease": 0.4}[c.name]
+		require.LessOrEqual(t, rt, want+0.01, c.name)
+	}
+}

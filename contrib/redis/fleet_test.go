@@ -201,7 +201,7 @@ type redisServer struct {
 	done chan struct{}
 }
 
-func startRedis(t *testing.T) *redisServer {
+func startRedis(t testing.TB) *redisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -242,7 +242,7 @@ func (s *redisServer) kill() {
 
 // redisAddr is the server CI started (RETRACE_REDIS_ADDR), else one of the
 // test's own.
-func redisAddr(t *testing.T) string {
+func redisAddr(t testing.TB) string {
 	if a := os.Getenv("RETRACE_REDIS_ADDR"); a != "" {
 		return a
 	}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
@@ -28,6 +31,14 @@ type Options struct {
 	// Timeout bounds each step on Redis; 0 → DefaultTimeout. A step that
 	// takes longer is abandoned and the policy decides locally.
 	Timeout time.Duration
+	// Watch subscribes the Store to the transitions of its breakers, which
+	// every step that makes one publishes (channel "<Namespace>:moved"),
+	// watched or not: a worker whose breaker refuses calls itself while
+	// Redis last showed it open asks Redis again as soon as another worker
+	// moves it (closes it by hand). Without it, the worker waits for the
+	// cool-down it saw. The subscription holds a connection of rdb's (a
+	// *redis.Client or *redis.ClusterClient); Close ends it.
+	Watch bool
 }
 
 // Store is a [state.State] on Redis. It is safe for concurrent use.
@@ -35,6 +46,12 @@ type Store struct {
 	rdb     redis.Scripter
 	ns      string
 	timeout time.Duration
+
+	// With Watch: the highest generation heard per breaker key, and the
+	// subscription's end.
+	moved sync.Map // logical key → *atomic.Uint64
+	stop  context.CancelFunc
+	done  chan struct{}
 }
 
 var _ state.State = (*Store)(nil)
@@ -49,7 +66,72 @@ func New(rdb redis.Scripter, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return &Store{rdb: rdb, ns: opts.Namespace, timeout: opts.Timeout}
+	s := &Store{rdb: rdb, ns: opts.Namespace, timeout: opts.Timeout}
+	if sub, ok := rdb.(subscriber); ok && opts.Watch {
+		ctx, stop := context.WithCancel(context.Background())
+		s.stop, s.done = stop, make(chan struct{})
+		ps := sub.Subscribe(ctx, s.channel())
+		go s.listen(ctx, ps)
+	}
+	return s
+}
+
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+func (s *Store) channel() string { return s.ns + ":moved" }
+
+// listen keeps the generations the transitions published carry, until ctx
+// ends. A message lost while the subscription reconnects costs nothing
+// but the early end of a cool-down.
+func (s *Store) listen(ctx context.Context, ps *redis.PubSub) {
+	defer close(s.done)
+	defer ps.Close()
+	ch := ps.Channel()
+	prefix := s.ns + ":"
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			key, g, found := strings.Cut(m.Payload, " ")
+			gen, err := strconv.ParseUint(g, 10, 64)
+			if !found || err != nil || !strings.HasPrefix(key, prefix) {
+				continue // not a transition of this store's
+			}
+			v, _ := s.moved.LoadOrStore(strings.TrimPrefix(key, prefix), new(atomic.Uint64))
+			for n := v.(*atomic.Uint64); ; {
+				if cur := n.Load(); cur >= gen || n.CompareAndSwap(cur, gen) {
+					break
+				}
+			}
+		}
+	}
+}
+
+var _ state.Watcher = (*Store)(nil)
+
+// Moved implements state.Watcher: the highest generation of the breaker
+// under key heard published, 0 without Watch.
+func (s *Store) Moved(key string) uint64 {
+	if v, ok := s.moved.Load(key); ok {
+		return v.(*atomic.Uint64).Load()
+	}
+	return 0
+}
+
+// Close ends the subscription Watch started and waits for it to end. The
+// Store's steps still work after it; rdb is the caller's to close.
+func (s *Store) Close() error {
+	if s.stop != nil {
+		s.stop()
+		<-s.done
+	}
+	return nil
 }
 
 // ClientOptions are options for a client to Redis at addr whose every
@@ -89,6 +171,18 @@ var ErrReply = errors.New("redisstate: unexpected reply")
 
 func (s *Store) key(k string) string { return s.ns + ":" + k }
 
+// family is the hash tag of a rate budget's windows: the key of the breaker
+// of the same name ("retry:openai" → "<ns>:breaker:openai"), which has no
+// tag of its own and so hashes as the tag does. On a Redis Cluster a
+// breaker and the rate budget of its name then share a slot, and a batch
+// of their steps is one script. Another key is its own family.
+func (s *Store) family(key string) string {
+	if name, ok := strings.CutPrefix(key, "retry:"); ok {
+		return s.key("breaker:" + name)
+	}
+	return s.key(key)
+}
+
 // run runs one script with the store's timeout.
 func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]any, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -108,7 +202,7 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 // rate (ARGV[12] > 0), the window's 10 buckets in slots 0–9: iN the
 // bucket's index (state.RateBucket, ARGV[14]), nN its calls, xN its
 // failures. A transition empties the window.
-var breakerScript = redis.NewScript(`
+const breakerLua = `
 local h = redis.call('HMGET', KEYS[1], 's','g','c','o','p','k','e','f','u','l')
 local kind, now = ARGV[1], tonumber(ARGV[2])
 local threshold, delay, maxProbes, successes = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -138,6 +232,7 @@ for j = 1, 10 do
   sane = sane and ok
 end
 local s, g, c, o, p, k, e, f, u, l = unpack(vals)
+local dirty = not sane
 if not sane then
   redis.call('DEL', KEYS[1])
   s, g, c, o, p, k, e, f, u, l = 0, g + 1, 0, 0, 0, 0, 0, 0, 0, 0
@@ -166,6 +261,7 @@ local function windowAdd(fail)
   n, x = n + 1, x + fail
   w[3 * sl + 1], w[3 * sl + 2], w[3 * sl + 3] = bucket, n, x
   redis.call('HSET', KEYS[1], 'i' .. sl, bucket, 'n' .. sl, n, 'x' .. sl, x)
+  dirty = true
   local calls, failures = 0, 0
   for j = 0, 9 do
     local i = tonumber(w[3 * j + 1])
@@ -220,13 +316,26 @@ elseif kind == 'r' or kind == 'c' then
 elseif kind == 's' then
   transition(to)
 end
-redis.call('HSET', KEYS[1], 's', s, 'g', g, 'c', c, 'o', o, 'p', p, 'k', k, 'e', e, 'f', f, 'u', u, 'l', l)
-if changed == 1 then
-  for j = 0, 9 do redis.call('HDEL', KEYS[1], 'i' .. j, 'n' .. j, 'x' .. j) end
+-- A step that changes nothing (a refusal, a closed breaker's grant, a
+-- stale end) writes nothing, its expiry included.
+local now10 = {s, g, c, o, p, k, e, f, u, l}
+for j = 1, 10 do
+  if now10[j] ~= vals[j] then dirty = true end
 end
-redis.call('PEXPIRE', KEYS[1], ttl)
+if dirty then
+  redis.call('HSET', KEYS[1], 's', s, 'g', g, 'c', c, 'o', o, 'p', p, 'k', k, 'e', e, 'f', f, 'u', u, 'l', l)
+  if changed == 1 then
+    for j = 0, 9 do redis.call('HDEL', KEYS[1], 'i' .. j, 'n' .. j, 'x' .. j) end
+    -- The transition is published (ARGV[16], the store's channel) for
+    -- the workers that refuse calls themselves while they saw it open.
+    if ARGV[16] ~= '' then redis.call('PUBLISH', ARGV[16], KEYS[1] .. ' ' .. g) end
+  end
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
 return {s, g, o, granted, isProbe, changed, from, e, f, u}
-`)
+`
+
+var breakerScript = redis.NewScript(breakerLua)
 
 var opKinds = map[state.BreakerOpKind]string{
 	state.BreakerAcquire: "a", state.BreakerRecord: "r", state.BreakerRecordCurrent: "c", state.BreakerSet: "s",
@@ -234,9 +343,26 @@ var opKinds = map[state.BreakerOpKind]string{
 
 // Breaker implements state.State.
 func (s *Store) Breaker(ctx context.Context, key string, op state.BreakerOp) (state.BreakerView, error) {
+	args, err := s.breakerArgs(op)
+	if err != nil {
+		return state.BreakerView{}, err
+	}
+	res, err := s.run(ctx, breakerScript, []string{s.key(key)}, args...)
+	if err != nil {
+		return state.BreakerView{}, err
+	}
+	v, err := breakerView(res)
+	if err != nil {
+		return state.BreakerView{}, fmt.Errorf("redisstate: %s: %w", key, err)
+	}
+	return v, nil
+}
+
+// breakerArgs are the script's ARGV for op.
+func (s *Store) breakerArgs(op state.BreakerOp) ([]any, error) {
 	kind, ok := opKinds[op.Kind]
 	if !ok {
-		return state.BreakerView{}, fmt.Errorf("redisstate: unknown breaker step %d", op.Kind)
+		return nil, fmt.Errorf("redisstate: unknown breaker step %d", op.Kind)
 	}
 	rate := op.FailureRate
 	if !(rate > 0) {
@@ -246,16 +372,16 @@ func (s *Store) Breaker(ctx context.Context, key string, op state.BreakerOp) (st
 	if op.Probe {
 		probe = "1"
 	}
-	res, err := s.run(ctx, breakerScript, []string{s.key(key)}, kind, op.Now.UnixMicro(),
+	return []any{kind, op.Now.UnixMicro(),
 		op.FailureThreshold, op.Delay.Microseconds(), op.HalfOpenProbes, op.SuccessThreshold, ttlMs(op.TTL),
 		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
-		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds())
-	if err != nil {
-		return state.BreakerView{}, err
-	}
+		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds(), s.channel()}, nil
+}
+
+func breakerView(res []any) (state.BreakerView, error) {
 	n, err := ints(res, 10)
 	if err != nil {
-		return state.BreakerView{}, fmt.Errorf("redisstate: %s: %w", key, err)
+		return state.BreakerView{}, err
 	}
 	return state.BreakerView{
 		State: circuitbreaker.State(n[0]), Gen: uint64(n[1]), OpenedAt: time.UnixMicro(n[2]),
@@ -267,7 +393,7 @@ func (s *Store) Breaker(ctx context.Context, key string, op state.BreakerOp) (st
 // drawScript takes one unit of a count. A count that is not a whole number
 // of at least 0 (another program's, or corrupt) heals to 0: a negative one
 // would let the task retry past its budget.
-var drawScript = redis.NewScript(`
+const drawLua = `
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 if used == nil or used < 0 or used ~= math.floor(used) then
   used = 0
@@ -277,7 +403,9 @@ if used >= tonumber(ARGV[1]) then return {0, used} end
 used = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return {1, used}
-`)
+`
+
+var drawScript = redis.NewScript(drawLua)
 
 // Draw implements state.State.
 func (s *Store) Draw(ctx context.Context, key string, limit int64, ttl time.Duration) (state.DrawView, error) {
@@ -285,9 +413,17 @@ func (s *Store) Draw(ctx context.Context, key string, limit int64, ttl time.Dura
 	if err != nil {
 		return state.DrawView{}, err
 	}
-	n, err := ints(res, 2)
+	v, err := drawView(res)
 	if err != nil {
 		return state.DrawView{}, fmt.Errorf("redisstate: %s: %w", key, err)
+	}
+	return v, nil
+}
+
+func drawView(res []any) (state.DrawView, error) {
+	n, err := ints(res, 2)
+	if err != nil {
+		return state.DrawView{}, err
 	}
 	return state.DrawView{OK: n[0] == 1, Used: n[1]}, nil
 }
@@ -295,7 +431,7 @@ func (s *Store) Draw(ctx context.Context, key string, limit int64, ttl time.Dura
 // ratioScript counts calls (q) and retries (r) in the current window's hash
 // (KEYS[1]), weighing the previous window's (KEYS[2]) by ARGV[1], the part
 // of it still inside the sliding window.
-var ratioScript = redis.NewScript(`
+const ratioLua = `
 local cur = redis.call('HMGET', KEYS[1], 'q', 'r')
 local prev = redis.call('HMGET', KEYS[2], 'q', 'r')
 local weight = tonumber(ARGV[1])
@@ -307,7 +443,8 @@ if ARGV[2] == '1' then
     redis.call('HINCRBY', KEYS[1], 'r', 1)
     retries = retries + 1
   else
-    ok = 0
+    -- A refused retry counts nothing, and writes nothing.
+    return {0, tostring(calls), tostring(retries)}
   end
 else
   redis.call('HINCRBY', KEYS[1], 'q', 1)
@@ -315,30 +452,47 @@ else
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return {ok, tostring(calls), tostring(retries)}
-`)
+`
 
-// Ratio implements state.State. Both windows' keys share a hash tag, so
-// that on a cluster they live on one node.
+var ratioScript = redis.NewScript(ratioLua)
+
+// Ratio implements state.State. Both windows' keys share a hash tag, the
+// breaker's of the same name (see family), so that on a cluster they live
+// on one node, the breaker's.
 func (s *Store) Ratio(ctx context.Context, key string, op state.RatioOp) (state.RatioView, error) {
+	keys, args := s.ratioStep(key, op)
+	res, err := s.run(ctx, ratioScript, keys, args...)
+	if err != nil {
+		return state.RatioView{}, err
+	}
+	v, err := ratioView(res)
+	if err != nil {
+		return state.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, err)
+	}
+	return v, nil
+}
+
+// ratioStep is the script's KEYS and ARGV for op on key.
+func (s *Store) ratioStep(key string, op state.RatioOp) ([]string, []any) {
 	idx, into := state.RatioWindow(op.Now, op.Window)
-	base := s.key("{" + key + "}:")
+	base := s.key("{" + s.family(key) + "}:" + key + ":")
 	retry := "0"
 	if op.Retry {
 		retry = "1"
 	}
-	res, err := s.run(ctx, ratioScript, []string{base + strconv.FormatInt(idx, 10), base + strconv.FormatInt(idx-1, 10)},
-		strconv.FormatFloat(1-into, 'g', -1, 64), retry, strconv.FormatFloat(op.Ratio, 'g', -1, 64), op.MinRetries, ttlMs(2*op.Window))
-	if err != nil {
-		return state.RatioView{}, err
-	}
+	return []string{base + strconv.FormatInt(idx, 10), base + strconv.FormatInt(idx-1, 10)},
+		[]any{strconv.FormatFloat(1-into, 'g', -1, 64), retry, strconv.FormatFloat(op.Ratio, 'g', -1, 64), op.MinRetries, ttlMs(2 * op.Window)}
+}
+
+func ratioView(res []any) (state.RatioView, error) {
 	if len(res) != 3 {
-		return state.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, ErrReply)
+		return state.RatioView{}, ErrReply
 	}
 	ok, _ := res[0].(int64)
 	calls, err1 := strconv.ParseFloat(fmt.Sprint(res[1]), 64)
 	retries, err2 := strconv.ParseFloat(fmt.Sprint(res[2]), 64)
 	if err1 != nil || err2 != nil {
-		return state.RatioView{}, fmt.Errorf("redisstate: %s: %w", key, ErrReply)
+		return state.RatioView{}, ErrReply
 	}
 	return state.RatioView{OK: ok == 1, Calls: calls, Retries: retries}, nil
 }

@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
 		os.Exit(runWorker())
 	}
+	if os.Getenv(probeEnv) != "" {
+		os.Exit(runProbeWorker())
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -50,17 +53,19 @@ func TestStoreConformance(t *testing.T) {
 func TestKeysAreNamespacedAndExpire(t *testing.T) {
 	m, st := newMini(t)
 	ctx := context.Background()
-	_, err := st.Breaker(ctx, "breaker:p", state.BreakerOp{Kind: state.BreakerAcquire, Now: time.Unix(0, 0),
+	// A failure writes the breaker's record (an acquire of a closed breaker
+	// changes nothing, and writes nothing).
+	_, err := st.Breaker(ctx, "breaker:p", state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: state.Fail, Now: time.Unix(0, 0),
 		FailureThreshold: 5, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour})
 	require.NoError(t, err)
 	_, err = st.Draw(ctx, "task:t1", 6, 24*time.Hour)
 	require.NoError(t, err)
 	_, err = st.Ratio(ctx, "retry:p", state.RatioOp{Now: time.Unix(95, 0), Window: 10 * time.Second, Ratio: 0.1, MinRetries: 3})
 	require.NoError(t, err)
-	require.ElementsMatch(t, []string{"t:breaker:p", "t:task:t1", "t:{retry:p}:9"}, m.Keys())
+	require.ElementsMatch(t, []string{"t:breaker:p", "t:task:t1", "t:{t:breaker:p}:retry:p:9"}, m.Keys())
 	require.Equal(t, time.Hour, m.TTL("t:breaker:p"))
 	require.Equal(t, 24*time.Hour, m.TTL("t:task:t1"))
-	require.Equal(t, 20*time.Second, m.TTL("t:{retry:p}:9"))
+	require.Equal(t, 20*time.Second, m.TTL("t:{t:breaker:p}:retry:p:9"))
 	m.FastForward(25 * time.Hour)
 	require.Empty(t, m.Keys())
 }

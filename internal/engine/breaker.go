@@ -34,6 +34,12 @@ type BreakerLimits struct {
 	State state.State
 	Key   string        // the record's key in State
 	TTL   time.Duration // the record expires this long after its last step
+	// LeaseCalls > 0: a grant of the shared State while closed lets the
+	// breaker grant itself that many more calls, for at most LeaseFor on
+	// its clock, until a failure, a degraded step or a transition heard
+	// (state.Watcher) ends the lease.
+	LeaseCalls int
+	LeaseFor   time.Duration
 }
 
 // Breaker is a circuit breaker: its rule is [state.BreakerEntry.Apply],
@@ -57,7 +63,18 @@ type Breaker struct {
 	// With a shared State: the record as the last step on it left it, and
 	// whether that step failed (the local state then decides).
 	view     state.BreakerView
+	viewed   bool // a step on the shared State has answered
 	degraded bool
+	// pending are the ends of calls that succeeded while the breaker was
+	// closed, not yet sent: they travel in front of this worker's next
+	// step on the shared State (a state.Stepper), so that no call waits
+	// for its success to be recorded.
+	pending []Deferred
+	// lease: the calls this worker may still grant itself while the
+	// shared record stays closed in generation leaseGen, until leaseUntil.
+	leaseLeft  int
+	leaseGen   uint64
+	leaseUntil time.Time
 
 	// now mirrors the state State reports (the shared view's, or the local
 	// record's), written under mu after every step that may change it:
@@ -126,9 +143,54 @@ func (b *Breaker) clock(clk clock.Clock) clock.Clock { return Or(b.lim.Clock, cl
 // half open with every probe slot taken). With a shared State it asks the
 // state, and its local state when the shared one fails.
 func (b *Breaker) Acquire(clk clock.Clock) (Permit, bool) {
+	return b.AcquireWith(nil, clk)
+}
+
+// AcquireWith is Acquire for an attempt of a call whose steps on the shared
+// State may be pending in pend (see [Pending]): with a state.Stepper,
+// they and the successes this worker has not sent yet go in one batch with
+// the acquire, one round trip.
+//
+// A breaker that the shared State last showed open refuses the call itself
+// until the cool-down it saw ends, the same test the store makes: it sends
+// nothing, and the call's record for a rate budget is dropped, as the call
+// never reached anything.
+func (b *Breaker) AcquireWith(pend *Pending, clk clock.Clock) (Permit, bool) {
 	if b.lim.State == nil {
 		return b.acquireLocal(clk)
 	}
+	now := b.clock(clk).Now()
+	b.mu.Lock()
+	cooling := b.viewed && !b.degraded && state.Cooling(b.view, now, b.lim.Delay)
+	gen := b.view.Gen
+	b.mu.Unlock()
+	if w, ok := b.lim.State.(state.Watcher); ok && cooling && w.Moved(b.lim.Key) > gen {
+		cooling = false // another worker moved it since: ask
+	}
+	if cooling {
+		pend.drop(b.lim.State)
+		return Permit{gen: gen, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, false
+	}
+	if p, ok := b.leased(now, pend); ok {
+		return p, true
+	}
+	if _, ok := b.lim.State.(state.Stepper); ok {
+		op := b.settings(state.BreakerOp{Kind: state.BreakerAcquire})
+		op.Now = now
+		v, err := b.batch(pend.take(b.lim.State), &op)
+		if err != nil {
+			p, ok := b.acquireLocal(clk)
+			p.use = state.Use{Policy: state.PolicyBreaker, Degraded: err}
+			return p, ok
+		}
+		if v.Granted && !v.Probe && v.State == circuitbreaker.ClosedState && b.lim.LeaseCalls > 0 {
+			b.mu.Lock()
+			b.leaseLeft, b.leaseGen, b.leaseUntil = b.lim.LeaseCalls, v.Gen, now.Add(b.lim.LeaseFor)
+			b.mu.Unlock()
+		}
+		return Permit{gen: v.Gen, probe: v.Probe, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, v.Granted
+	}
+	pend.flush(stateCtx())
 	v, err := b.shared(state.BreakerOp{Kind: state.BreakerAcquire}, clk)
 	if err != nil {
 		p, ok := b.acquireLocal(clk)
@@ -167,23 +229,100 @@ func (b *Breaker) local(op state.BreakerOp, clk clock.Clock) state.BreakerView {
 	return v
 }
 
+// leased grants a call on the breaker's lease, if it holds one that still
+// holds at now: the call's pending steps on the State (its record for a
+// rate budget) wait with the breaker's own for its next ask.
+func (b *Breaker) leased(now time.Time, pend *Pending) (Permit, bool) {
+	if b.lim.LeaseCalls <= 0 {
+		return Permit{}, false
+	}
+	moved := uint64(0)
+	if w, ok := b.lim.State.(state.Watcher); ok {
+		moved = w.Moved(b.lim.Key)
+	}
+	b.mu.Lock()
+	ok := b.leaseLeft > 0 && !b.degraded && b.view.Gen == b.leaseGen && now.Before(b.leaseUntil) && moved <= b.leaseGen
+	if !ok {
+		b.leaseLeft = 0
+		b.mu.Unlock()
+		return Permit{}, false
+	}
+	b.leaseLeft--
+	gen := b.leaseGen
+	b.mu.Unlock()
+	if ds := pend.take(b.lim.State); len(ds) > 0 {
+		b.mu.Lock()
+		b.pending = append(b.pending, ds...)
+		b.mu.Unlock()
+	}
+	return Permit{gen: gen, use: state.Use{Policy: state.PolicyBreaker, Shared: true}}, true
+}
+
 // shared makes one step on the shared State and keeps what it returns; a
-// failed step marks the breaker degraded until one succeeds.
+// failed step marks the breaker degraded until one succeeds. With a
+// state.Stepper the successes not yet sent go in front of it.
 func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView, error) {
 	op = b.settings(op)
 	op.Now = b.clock(clk).Now()
+	if _, ok := b.lim.State.(state.Stepper); ok {
+		return b.batch(nil, &op)
+	}
 	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, op)
+	b.answered(v, err)
+	return v, err
+}
+
+// batch makes, in one batch on the shared State (a state.Stepper), the
+// successes not yet sent, the steps before (a call's pending ones), and
+// op (if not nil), and returns op's answer. A success whose batch failed
+// is recorded locally, as a failed Record's is.
+func (b *Breaker) batch(before []Deferred, op *state.BreakerOp) (state.BreakerView, error) {
+	b.mu.Lock()
+	own := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	ds := make([]Deferred, 0, len(own)+len(before)+1)
+	ds = append(ds, own...)
+	ds = append(ds, before...)
+	var v state.BreakerView
+	var verr error
+	if op != nil {
+		ds = append(ds, Deferred{State: b.lim.State, Step: state.Step{Key: b.lim.Key, Breaker: op}, Done: func(r state.StepResult, err error) {
+			v, verr = r.Breaker, err
+			b.answered(v, err)
+		}})
+	}
+	run(stateCtx(), b.lim.State, ds)
+	return v, verr
+}
+
+// deferRecord is the end of a call (op, a record) as a step that may wait
+// for a batch; gate: a record that leaves the breaker open stops the batch.
+func (b *Breaker) deferRecord(op state.BreakerOp, gate bool) Deferred {
+	return Deferred{State: b.lim.State, Step: state.Step{Key: b.lim.Key, Breaker: &op, Gate: gate}, Done: func(r state.StepResult, err error) {
+		if r.Skipped {
+			return // a record is never behind a gate
+		}
+		b.answered(r.Breaker, err)
+		if err != nil {
+			b.local(state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: op.Count}, nil)
+		}
+	}}
+}
+
+// answered keeps what a step on the shared State returned, or that it
+// failed.
+func (b *Breaker) answered(v state.BreakerView, err error) {
 	b.mu.Lock()
 	b.degraded = err != nil
 	if err == nil {
-		b.view = v
+		b.view, b.viewed = v, true
 	}
 	b.publish()
 	b.mu.Unlock()
 	if err == nil && v.Changed {
 		b.notify(v.From, v.State)
 	}
-	return v, err
 }
 
 func (b *Breaker) acquireLocal(clk clock.Clock) (Permit, bool) {
@@ -203,6 +342,50 @@ func (b *Breaker) Record(p Permit, c state.Count, clk clock.Clock) error {
 		b.local(state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: c}, clk)
 		return err
 	}
+	return nil
+}
+
+// maxPending bounds the successes a breaker holds back: past it, the next
+// one is sent at once with them.
+const maxPending = 64
+
+// RecordWith is Record for an attempt of a call whose steps on the shared
+// State may be pending in pend. With a state.Stepper: a success while
+// closed is held back, sent in front of this worker's next step on the
+// State; a failure is left pending in pend (a retry loop's, see
+// [Pending]) for the loop's next step, the retry's draw or the
+// next acquire, which sends it first and stops if it opened the breaker;
+// an ignored end of a closed permit changes nothing and is not sent. A
+// probe's end decides the half-open breaker, and is sent at once.
+func (b *Breaker) RecordWith(pend *Pending, p Permit, c state.Count, clk clock.Clock) error {
+	if _, ok := b.lim.State.(state.Stepper); !ok || !p.use.Shared || p.probe {
+		return b.Record(p, c, clk)
+	}
+	op := b.settings(state.BreakerOp{Kind: state.BreakerRecord, Gen: p.gen, Count: c})
+	switch c {
+	case state.Ignore:
+		return nil // neither a failure nor a success, and no probe slot to free
+	case state.Success:
+		op.Now = b.clock(clk).Now()
+		b.mu.Lock()
+		b.pending = append(b.pending, b.deferRecord(op, false))
+		full := len(b.pending) >= maxPending
+		b.mu.Unlock()
+		if !full {
+			return nil
+		}
+		_, err := b.batch(nil, nil)
+		return err
+	}
+	// A failure ends the lease: the next call asks.
+	b.mu.Lock()
+	b.leaseLeft = 0
+	b.mu.Unlock()
+	if pend == nil {
+		return b.Record(p, c, clk)
+	}
+	op.Now = b.clock(clk).Now()
+	pend.Add(b.deferRecord(op, true))
 	return nil
 }
 

@@ -88,8 +88,21 @@ type Report struct {
 // clock. It returns within a millisecond of ctx's end, also mid-backoff.
 func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (R, Report) {
 	clk = Or(r.Clock, clk)
+	// The call's steps on a shared State that need no answer of their own
+	// wait here for the next step that does: the rate budget's record of
+	// the call goes with the breaker's acquire, an attempt's failure with
+	// the retry's draw. What is left when the call ends is sent then.
+	pend := &Pending{}
+	if u, ok := a.(PendingUser); ok {
+		u.UsePending(pend)
+	}
+	defer pend.flush(stateCtx())
 	if r.Rate != nil {
-		r.Rate.RecordExecution()
+		if d, _, ok := batchable(ctx, r.Rate, true); ok {
+			pend.Add(d)
+		} else {
+			r.Rate.RecordExecution()
+		}
 		defer r.Rate.ReleaseExecution()
 	}
 	var zero R
@@ -116,7 +129,7 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 		}
 		f := a.Judge(ctx, err)
 		g, _ := a.(Gate)
-		d := r.Decide(ctx, clk, n, f, g)
+		d := r.decide(ctx, clk, n, f, g, pend)
 		a.Done(n, err, d)
 		if !d.Retry {
 			if d.Refusal != nil {
@@ -145,6 +158,12 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 // has drawn its retry from the budgets (Do holds a rate-budget permit while
 // the retry runs, and releases it when the retry ends).
 func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g Gate) Decision {
+	return r.decide(ctx, clk, n, f, g, nil)
+}
+
+// decide is Decide for a call whose steps on a shared State may be pending
+// in pend.
+func (r *Retry) decide(ctx context.Context, clk clock.Clock, n int, f Failure, g Gate, pend *Pending) Decision {
 	switch {
 	case ctx.Err() != nil:
 		return Decision{Outcome: telemetry.OutcomeCanceled}
@@ -159,52 +178,141 @@ func (r *Retry) Decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 	case n >= r.MaxAttempts:
 		return Decision{Outcome: telemetry.OutcomeFailedExhausted}
 	}
-	if g != nil {
-		if refusal := g.Refusal(); refusal != nil {
-			// The failure just opened the layer's own breaker: the next
-			// attempt would be refused at once, so stop without a backoff
-			// and without drawing a retry from the budget.
-			return Decision{Outcome: telemetry.OutcomeRejected, Refusal: refusal}
-		}
+	if d, refused := refuse(g); refused {
+		return d
 	}
-	if f.Held && f.RetryAfter > r.MaxRetryAfter {
+	var stop *Decision
+	switch {
+	case f.Held && f.RetryAfter > r.MaxRetryAfter:
 		// A breaker beneath refused the call for longer than this layer
 		// waits: waiting it out would block the caller for its whole
 		// cool-down, and retrying sooner is refused again.
-		return Decision{Outcome: telemetry.OutcomeRejected, Why: fmt.Sprintf(
+		stop = &Decision{Outcome: telemetry.OutcomeRejected, Why: fmt.Sprintf(
 			"a circuit beneath stays open for another %s, longer than the %s this layer waits", Round(f.RetryAfter), Round(r.MaxRetryAfter))}
 	}
 	delay := min(f.RetryAfter, r.MaxRetryAfter)
 	if r.Backoff != nil {
 		delay = max(delay, r.Backoff(n))
 	}
-	if deadline, ok := ctx.Deadline(); ok {
+	if deadline, ok := ctx.Deadline(); ok && stop == nil {
 		if left := clk.Until(deadline); left <= delay {
-			return Decision{Outcome: telemetry.OutcomeFailedExhausted, Why: fmt.Sprintf(
+			stop = &Decision{Outcome: telemetry.OutcomeFailedExhausted, Why: fmt.Sprintf(
 				"the next retry, in %s, would start after the deadline (%s left)", Round(delay), Round(max(left, 0)))}
 		}
 	}
-	var use state.Use
+	// With the budgets on a state.Stepper, the attempt's pending failure,
+	// the task budget's draw and the rate budget's retry are one batch,
+	// each step a gate: a failure that opened the breaker stops the draw.
+	// A refused attempt reached nothing: its retry draws from no budget.
+	var decided []func() (bool, state.Use)
+	if stop == nil && !f.Held {
+		decided = r.drawBatched(ctx, pend)
+	} else if g != nil {
+		// The gate reads the breaker as the failure left it.
+		pend.flush(stateCtx())
+	}
+	if d, refused := refuse(g); refused {
+		return d
+	}
+	if stop != nil {
+		return *stop
+	}
 	if f.Held {
 		// A refused attempt reached nothing: its retry is not one the
 		// budgets bound (they bound what retries cost the downstream), and
 		// the attempts it may take are still the layer's MaxAttempts.
 		return Decision{Retry: true, Delay: delay}
 	}
+	var use state.Use
 	if b := BudgetFrom(ctx); b != nil {
-		ok, u := DrawFrom(ctx, b)
+		var ok bool
+		var u state.Use
+		if decided != nil {
+			ok, u = decided[0]()
+		} else {
+			ok, u = DrawFrom(ctx, b)
+		}
 		if use = u; !ok {
 			return Decision{Outcome: telemetry.OutcomeBudgetExhausted, Why: fmt.Sprintf("the task's retry budget of %d is spent", b.Limit()), State: use}
 		}
 	}
 	if r.Rate != nil {
-		ok, u := acquireRate(ctx, r.Rate)
+		var ok bool
+		var u state.Use
+		if decided != nil {
+			ok, u = decided[1]()
+		} else {
+			ok, u = acquireRate(ctx, r.Rate)
+		}
 		if use = use.Merge(u); !ok {
 			return Decision{Outcome: telemetry.OutcomeBudgetExhausted, Why: "the retry budget's rate is exceeded", State: use}
 		}
 		return Decision{Retry: true, Delay: delay, permit: true, State: use}
 	}
 	return Decision{Retry: true, Delay: delay, State: use}
+}
+
+// refuse asks g (if not nil) whether the next attempt would be refused at
+// once: the failure just opened the layer's own breaker. The loop then
+// stops without a backoff and without drawing a retry from the budget.
+func refuse(g Gate) (Decision, bool) {
+	if g == nil {
+		return Decision{}, false
+	}
+	if refusal := g.Refusal(); refusal != nil {
+		return Decision{Outcome: telemetry.OutcomeRejected, Refusal: refusal}, true
+	}
+	return Decision{}, false
+}
+
+// drawBatched makes the retry's steps on the shared State in one batch
+// when every budget of the retry can travel in one (on the same
+// state.Stepper as the call's pending steps): the pending steps, the task
+// budget's draw, the rate budget's retry, in that order, each stopping the
+// batch if it refuses. It returns the budgets' decisions (task, rate; a
+// missing budget's says yes), or nil when the steps cannot be batched: the
+// pending steps are then sent alone, and the budgets decide as they would
+// without a batch.
+func (r *Retry) drawBatched(ctx context.Context, pend *Pending) []func() (bool, state.Use) {
+	yes := func() (bool, state.Use) { return true, state.Use{} }
+	decided := []func() (bool, state.Use){yes, yes}
+	var ds []Deferred
+	var st state.State
+	same := true
+	if b := BudgetFrom(ctx); b != nil {
+		d, dec, ok := batchable(ctx, b, false)
+		if !ok {
+			same = false
+		} else {
+			ds, st, decided[0] = append(ds, d), d.State, dec
+		}
+	}
+	if r.Rate != nil && same {
+		d, dec, ok := batchable(ctx, r.Rate, false)
+		if !ok || st != nil && d.State != st {
+			same = false
+		} else {
+			ds, st, decided[1] = append(ds, d), d.State, dec
+		}
+	}
+	if _, stepper := st.(state.Stepper); !same || !stepper {
+		pend.flush(stateCtx())
+		return nil
+	}
+	mine := pend.take(st)
+	pend.flush(stateCtx()) // steps on other States than the budgets'
+	run(stateCtx(), st, append(mine, ds...))
+	return decided
+}
+
+// batchable returns x's deferred step, if x is a Batchable budget with a
+// shared state.Stepper.
+func batchable(ctx context.Context, x any, call bool) (Deferred, func() (bool, state.Use), bool) {
+	bx, ok := x.(Batchable)
+	if !ok {
+		return Deferred{}, nil, false
+	}
+	return bx.Deferred(ctx, call)
 }
 
 // Or returns the first non-nil clock, else the wall clock.

@@ -132,6 +132,14 @@ func (s *switchable) Breaker(ctx context.Context, key string, op state.BreakerOp
 	return s.Memory.Breaker(ctx, key, op)
 }
 
+// Steps is down with the rest: Memory's batch would answer.
+func (s *switchable) Steps(ctx context.Context, steps []state.Step) ([]state.StepResult, error) {
+	if s.down {
+		return nil, context.DeadlineExceeded
+	}
+	return s.Memory.Steps(ctx, steps)
+}
+
 // A breaker whose state is down decides locally, says so on each permit, and
 // counts this worker's calls alone.
 func TestSharedBreakerDegradesToLocal(t *testing.T) {

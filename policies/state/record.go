@@ -69,6 +69,10 @@ func (r *BreakerEntry) Apply(op BreakerOp) BreakerView {
 	if op.TTL > 0 && !r.Live(op.Now) {
 		*r = BreakerEntry{}
 	}
+	// A step that changes nothing (a refusal, a closed breaker's grant, a
+	// stale end) writes nothing, its expiry included: a store then need
+	// not write either.
+	before := *r
 	v := BreakerView{}
 	transition := func(to circuitbreaker.State) {
 		if r.State == to {
@@ -157,7 +161,7 @@ func (r *BreakerEntry) Apply(op BreakerOp) BreakerView {
 	case BreakerSet:
 		transition(op.To)
 	}
-	if op.TTL > 0 {
+	if op.TTL > 0 && *r != before {
 		r.Expires = op.Now.Add(op.TTL)
 	}
 	v.State, v.Gen, v.OpenedAt = r.State, r.Gen, r.OpenedAt
@@ -256,7 +260,10 @@ func (r *RatioEntry) Apply(op RatioOp) RatioView {
 		r.Retries++
 		retries++
 	default:
+		// A refused retry counts nothing, and writes nothing.
 		v.OK = false
+		v.Calls, v.Retries = calls, retries
+		return v
 	}
 	r.Expires = op.Now.Add(2 * op.Window)
 	v.Calls, v.Retries = calls, retries

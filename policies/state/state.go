@@ -80,7 +80,8 @@ type BreakerOp struct {
 	// half-open generation (their ends are then stale) and grants a probe.
 	// 0 → a probe holds its slot until its end is recorded.
 	ProbeLease time.Duration
-	// TTL: the record expires this long after its last step; 0 → never (a
+	// TTL: the record expires this long after the last step that changed
+	// it; 0 → never (a
 	// breaker's local record; a shared one is always given a TTL).
 	TTL time.Duration
 	// FailureRate, if above 0, opens a closed breaker when at least this

@@ -80,6 +80,7 @@ func Run(t *testing.T, newState func(t *testing.T) state.State) {
 	t.Run("steps are atomic: racing acquires share one probe", func(t *testing.T) {
 		racingProbes(t, newState(t))
 	})
+	runSteps(t, newState)
 }
 
 // racers is how many workers race on one key.

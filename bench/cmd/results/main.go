@@ -41,6 +41,13 @@ var pageTemplate string
 //go:embed notes.md
 var notes string
 
+// fleetRedis is the section of a run of its own (contrib/redis's, against
+// a real redis-server, which this command does not start): it names that
+// run, and its figures are that run's.
+//
+//go:embed fleet-redis.md
+var fleetRedis string
+
 // config is the command line.
 type config struct {
 	bench, benchstat, out, csv string
@@ -297,7 +304,8 @@ type page struct {
 	Amp    []bench.AmpRow
 	Hidden *bench.AmpRow // the first setup whose provider got more requests than its trace saw calls
 
-	Notes string
+	FleetRedis string
+	Notes      string
 }
 
 type targetRow struct{ Target, Measured, Holds string }
@@ -517,16 +525,17 @@ func tables(sizes []int, strategies []bench.Strategy, storms map[int]map[bench.S
 // build computes the page from the run.
 func build(c config, now time.Time, br *benchRun, stat string, storms map[int]map[bench.Strategy]bench.StormResult, amp []bench.AmpRow) *page {
 	p := &page{
-		Generated: now.UTC().Format("2006-01-02 15:04 UTC"),
-		Command:   c.command(),
-		BenchFile: c.bench,
-		BenchCmd:  c.benchCmd,
-		Benchstat: stat,
-		Env:       br.env,
-		Procs:     strings.Join(br.procs, ", "),
-		GoVersion: goruntime.Version(),
-		CPUs:      goruntime.NumCPU(),
-		Notes:     notes,
+		Generated:  now.UTC().Format("2006-01-02 15:04 UTC"),
+		Command:    c.command(),
+		BenchFile:  c.bench,
+		BenchCmd:   c.benchCmd,
+		Benchstat:  stat,
+		Env:        br.env,
+		Procs:      strings.Join(br.procs, ", "),
+		GoVersion:  goruntime.Version(),
+		CPUs:       goruntime.NumCPU(),
+		Notes:      notes,
+		FleetRedis: fleetRedis,
 	}
 	fewest, most := math.MaxInt, 0
 	for _, s := range br.samples {

@@ -1,0 +1,163 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/retrace-go/retrace/policies/state"
+)
+
+// Deferred is a step on a shared State that need not be made alone: it
+// travels in the next batch made on its State (a state.Stepper), in front
+// of the step that needs an answer, so that a call pays one round trip
+// where each step would pay its own.
+type Deferred struct {
+	State state.State
+	Step  state.Step
+	// Call marks the record of a call (a rate budget's): a call the
+	// breaker refuses before it reaches anything was never made, and its
+	// record is dropped, not sent.
+	Call bool
+	// Done is told the step's result (Skipped if a gate before it stopped
+	// the batch, or it was dropped), or the error of the batch that carried
+	// it: its owner then decides locally, as when a step of its own fails.
+	Done func(r state.StepResult, err error)
+}
+
+// Pending holds the deferred steps of one call through a retry loop: the
+// record of the call, the failure of its last attempt. The loop's next
+// step on the same State (the breaker's acquire, the budgets' draw) takes
+// them; what is left when the call ends is sent then. [Do] makes one per
+// call and hands it to an Attempter that is a [PendingUser]; a nil
+// *Pending (a breaker outside a retry loop) defers nothing.
+type Pending struct {
+	mu    sync.Mutex
+	steps []Deferred
+}
+
+// PendingUser is an Attempter whose attempts take the call's pending
+// steps: Do hands it the call's before the first attempt.
+type PendingUser interface {
+	UsePending(p *Pending)
+}
+
+// Add defers d. It reports false, deferring nothing, on a nil Pending.
+func (p *Pending) Add(d Deferred) bool {
+	if p == nil {
+		return false
+	}
+	p.mu.Lock()
+	p.steps = append(p.steps, d)
+	p.mu.Unlock()
+	return true
+}
+
+// take removes the steps on st and returns them, in the order they came.
+func (p *Pending) take(st state.State) []Deferred {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out, keep []Deferred
+	for _, d := range p.steps {
+		if d.State == st {
+			out = append(out, d)
+		} else {
+			keep = append(keep, d)
+		}
+	}
+	p.steps = keep
+	return out
+}
+
+// drop tells the call records on st that the call was never made.
+func (p *Pending) drop(st state.State) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	var dropped, keep []Deferred
+	for _, d := range p.steps {
+		if d.State == st && d.Call {
+			dropped = append(dropped, d)
+		} else {
+			keep = append(keep, d)
+		}
+	}
+	p.steps = keep
+	p.mu.Unlock()
+	for _, d := range dropped {
+		d.Done(state.StepResult{Skipped: true}, nil)
+	}
+}
+
+// flush sends every step still pending, a batch per State.
+func (p *Pending) flush(ctx context.Context) {
+	if p == nil {
+		return
+	}
+	for {
+		p.mu.Lock()
+		if len(p.steps) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		st := p.steps[0].State
+		p.mu.Unlock()
+		run(ctx, st, p.take(st))
+	}
+}
+
+// run makes ds on st: in one batch if st is a state.Stepper, else one by
+// one. Each step's Done is told how it went.
+func run(ctx context.Context, st state.State, ds []Deferred) {
+	if len(ds) == 0 {
+		return
+	}
+	if sp, ok := st.(state.Stepper); ok {
+		steps := make([]state.Step, len(ds))
+		for i, d := range ds {
+			steps[i] = d.Step
+		}
+		res, err := sp.Steps(ctx, steps)
+		for i, d := range ds {
+			if err != nil {
+				d.Done(state.StepResult{}, err)
+			} else {
+				d.Done(res[i], nil)
+			}
+		}
+		return
+	}
+	stopped := false
+	for _, d := range ds {
+		if stopped {
+			d.Done(state.StepResult{Skipped: true}, nil)
+			continue
+		}
+		var r state.StepResult
+		var err error
+		switch s := d.Step; {
+		case s.Breaker != nil:
+			r.Breaker, err = st.Breaker(ctx, s.Key, *s.Breaker)
+		case s.Draw != nil:
+			r.Draw, err = st.Draw(ctx, s.Key, s.Draw.Limit, s.Draw.TTL)
+		case s.Ratio != nil:
+			r.Ratio, err = st.Ratio(ctx, s.Key, *s.Ratio)
+		}
+		d.Done(r, err)
+		stopped = err == nil && d.Step.Gate && d.Step.Refused(r)
+	}
+}
+
+// Batchable is a budget whose step may travel in a batch with the
+// breaker's: a task budget's draw, a rate budget's record of a call or
+// its retry.
+type Batchable interface {
+	// Deferred returns the step (a record of the call if call, else a
+	// retry asked for) and a function that reports its decision once the
+	// step's Done was told, and whether the budget has a shared State to
+	// defer the step to.
+	Deferred(ctx context.Context, call bool) (d Deferred, decided func() (bool, state.Use), ok bool)
+}
