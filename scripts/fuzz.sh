@@ -35,7 +35,7 @@ fuzz_once() {
   return "${PIPESTATUS[0]}"
 }
 
-for dir in $(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do
+for dir in $(grep -rl --include='*_test.go' --exclude-dir=contrib --exclude-dir=examples --exclude-dir=tools '^func Fuzz' . | xargs -n1 dirname | sort -u); do
   targets=$(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go | sed 's/^func //' | sort -u)
   if $without_sdks && go list -test -deps "$dir" | grep -qE '^github.com/(openai/openai-go|anthropics/anthropic-sdk-go)'; then
     echo "-- $dir $(echo $targets): its tests import a provider SDK; seeds and regressions only (they ran as tests)"
