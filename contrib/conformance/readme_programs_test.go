@@ -233,12 +233,14 @@ func requirements(gomod string) string {
 
 // goCmd runs the go command in dir as a reader's module builds: the module's
 // own go.mod (no workspace) and updated as needed (-mod=mod, where CI sets
-// -mod=readonly for the repository's modules).
+// -mod=readonly for the repository's modules). The caller's other flags stay
+// (CI's -race -trimpath), so that the build cache's packages serve the
+// program instead of being compiled once more in another mode.
 func goCmd(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), "go", args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOFLAGS="+withModMod(os.Getenv("GOFLAGS")), "GOWORK=off")
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go %s:\n%s", strings.Join(args, " "), out)
 	return string(out)
@@ -262,4 +264,16 @@ func runProgram(t *testing.T, bin string) string {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s:\n%s", filepath.Base(bin), out)
 	return string(out)
+}
+
+// withModMod is the flags of a GOFLAGS with its -mod setting, if any,
+// replaced by -mod=mod.
+func withModMod(goflags string) string {
+	fs := []string{"-mod=mod"}
+	for _, f := range strings.Fields(goflags) {
+		if !strings.HasPrefix(f, "-mod=") && !strings.HasPrefix(f, "--mod=") {
+			fs = append(fs, f)
+		}
+	}
+	return strings.Join(fs, " ")
 }
