@@ -207,8 +207,10 @@ func TestReferenceServer(t *testing.T) {
 				counts, err := retracetest.TraceCounts(spans)
 				require.NoError(t, err)
 				assert.Equal(t, c.calls, received, "tools/call requests the server received")
-				assert.Equal(t, received, counts.LeafSpans, "leaf spans = requests received")
-				assert.Equal(t, int64(received), counts.Calls, "retrace.calls = requests received")
+				if !assert.Equal(t, received, counts.LeafSpans, "leaf spans = requests received") ||
+					!assert.Equal(t, int64(received), counts.Calls, "retrace.calls = requests received") {
+					logTree(t, spans)
+				}
 				assert.GreaterOrEqual(t, counts.WorstCase, counts.Calls)
 
 				layer := spansNamed(spans, "execute_tool "+c.tool)
@@ -329,4 +331,21 @@ func TestConnectLeavesNoErrorSpan(t *testing.T) {
 			assert.Equal(t, int64(3), rootInt(spans, "retrace.calls.uncounted"), "server/discover, initialize, notifications/initialized")
 		})
 	}
+}
+
+// logTree logs the trace's spans, each with its parent and the attributes
+// by which it is counted, so that a count that disagrees can be read.
+func logTree(t *testing.T, spans []sdktrace.ReadOnlySpan) {
+	t.Helper()
+	var b strings.Builder
+	for _, s := range spans {
+		fmt.Fprintf(&b, "%s <- %s %q %s", s.SpanContext().SpanID(), s.Parent().SpanID(), s.Name(), s.Status().Code)
+		for _, kv := range s.Attributes() {
+			if k := string(kv.Key); strings.HasPrefix(k, "retrace.") || k == "error.type" || k == "jsonrpc.request.id" {
+				fmt.Fprintf(&b, " %s=%s", k, kv.Value.Emit())
+			}
+		}
+		b.WriteByte('\n')
+	}
+	t.Log("the trace:\n" + b.String())
 }

@@ -93,6 +93,9 @@ type note struct {
 	// ended is how the transport saw the session end beneath the request:
 	// the answer's stream cut, its resumption refused.
 	ended error
+	// claimed: the request's message went out; a later one under its
+	// context is not the request.
+	claimed bool
 	// session is the Mcp-Session-Id the request carried, and rt the HTTP
 	// transport that carried it: the session's standalone stream may end
 	// it for every request in flight.
@@ -103,6 +106,19 @@ type note struct {
 func noteFrom(ctx context.Context) *note {
 	n, _ := ctx.Value(noteKey{}).(*note)
 	return n
+}
+
+// claim reports whether the message the transport sends now, under the
+// request's context, is the request: only the first is. A later one is the
+// SDK's notifications/cancelled for it, sent when its wait ends (with the
+// context's values, without its cancellation), often to a server already
+// gone; whether that one arrives says nothing of whether the request did.
+func (n *note) claim() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	first := !n.claimed
+	n.claimed = true
+	return first
 }
 
 // sent records what the transport saw of the request as it went out.
@@ -186,6 +202,9 @@ func (n *note) undelivered() error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.written {
+		return nil
+	}
 	return n.lost
 }
 
@@ -243,6 +262,9 @@ type pipeConn struct {
 
 func (c *pipeConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	n := noteFrom(ctx)
+	if n != nil && !n.claim() {
+		n = nil
+	}
 	if n != nil {
 		if req, ok := msg.(*jsonrpc.Request); ok {
 			id := ""
@@ -354,6 +376,9 @@ func (rt *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // post sends a request's POST and notes what came of it.
 func (rt *roundTripper) post(req *http.Request, n *note) (*http.Response, error) {
+	if !n.claim() {
+		return rt.base.RoundTrip(req)
+	}
 	id := requestID(req)
 	n.mu.Lock()
 	n.rt, n.session = rt, req.Header.Get(sessionIDHeader)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -127,4 +129,56 @@ func TestWrittenRequestIsDelivered(t *testing.T) {
 	n := post(&refused, context.Background())
 	assert.False(t, n.delivered(), "refused at the dial")
 	assert.Error(t, n.undelivered())
+}
+
+// The SDK sends notifications/cancelled under the request's context when
+// the request's wait ends; to a server that is gone it is refused. That
+// refusal is not the request's: a request that went out stays delivered,
+// over HTTP and over a pipe.
+func TestCancellationAfterTheRequestIsNotTheRequest(t *testing.T) {
+	t.Run("http", func(t *testing.T) {
+		n := &note{}
+		ctx := context.WithValue(context.Background(), noteKey{}, n)
+		script := scripted{stream, dialRefused}
+		rt := &roundTripper{base: &script}
+		for _, body := range []string{
+			`{"jsonrpc":"2.0","id":4,"method":"tools/call"}`,
+			`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`,
+		} {
+			req, err := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, "http://127.0.0.1:1/mcp", strings.NewReader(body))
+			require.NoError(t, err)
+			if resp, err := rt.RoundTrip(req); err == nil {
+				_ = resp.Body.Close()
+			}
+		}
+		assert.Empty(t, script, "both POSTs went to the transport")
+		assert.True(t, n.delivered())
+		assert.NoError(t, n.undelivered())
+	})
+	t.Run("pipe", func(t *testing.T) {
+		n := &note{}
+		ctx := context.WithValue(context.Background(), noteKey{}, n)
+		conn := &pipeConn{Connection: &failingConn{after: 1}}
+		call, err := jsonrpc.MakeID(float64(4))
+		require.NoError(t, err)
+		require.NoError(t, conn.Write(ctx, &jsonrpc.Request{ID: call, Method: "tools/call"}))
+		require.Error(t, conn.Write(context.WithoutCancel(ctx), &jsonrpc.Request{Method: "notifications/cancelled"}))
+		assert.True(t, n.delivered())
+		assert.NoError(t, n.undelivered())
+	})
+}
+
+// failingConn takes after messages, then refuses every write, as the pipe
+// of a process that exited.
+type failingConn struct {
+	mcp.Connection
+	after int
+}
+
+func (c *failingConn) Write(context.Context, jsonrpc.Message) error {
+	if c.after == 0 {
+		return io.ErrClosedPipe
+	}
+	c.after--
+	return nil
 }
