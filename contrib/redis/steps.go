@@ -12,63 +12,6 @@ import (
 
 var _ state.Stepper = (*Store)(nil)
 
-// batchScript makes a batch of steps, each by the rule of its own script
-// (the same source, as a function), in one script: ARGV[1] is the number of
-// steps, then for each its kind (b breaker, d draw, q ratio), '1' if it is
-// a gate, the number of its arguments and the arguments; KEYS are the
-// steps' keys in order (a ratio step has two). It returns each step's
-// reply, or an empty one for a step a gate skipped. A gate refuses as
-// state.Step.Refused says: an acquire that grants nothing, a record that
-// leaves the breaker open and cooling down at its time, a draw or retry
-// refused.
-var batchScript = redis.NewScript(`
-local function breakerStep(KEYS, ARGV)
-` + breakerLua + `
-end
-local function drawStep(KEYS, ARGV)
-` + drawLua + `
-end
-local function ratioStep(KEYS, ARGV)
-` + ratioLua + `
-end
-local out, ai, ki, stopped = {}, 2, 1, false
-for i = 1, tonumber(ARGV[1]) do
-  local kind, gate, nargs = ARGV[ai], ARGV[ai + 1] == '1', tonumber(ARGV[ai + 2])
-  local args = {}
-  for j = 1, nargs do args[j] = ARGV[ai + 2 + j] end
-  ai = ai + 3 + nargs
-  local keys = {KEYS[ki]}
-  ki = ki + 1
-  if kind == 'q' then
-    keys[2] = KEYS[ki]
-    ki = ki + 1
-  end
-  if stopped then
-    out[i] = {}
-  else
-    local r
-    if kind == 'b' then
-      r = breakerStep(keys, args)
-    elseif kind == 'd' then
-      r = drawStep(keys, args)
-    else
-      r = ratioStep(keys, args)
-    end
-    out[i] = r
-    if gate then
-      if kind ~= 'b' then
-        stopped = r[1] == 0
-      elseif args[1] == 'a' then
-        stopped = r[4] == 0
-      else
-        stopped = r[1] == 1 and tonumber(args[2]) < r[3] + tonumber(args[4])
-      end
-    end
-  end
-end
-return out
-`)
-
 // encoded is a step as the batch script reads it.
 type encoded struct {
 	keys []string
@@ -159,12 +102,12 @@ func (s *Store) Steps(ctx context.Context, steps []state.Step) ([]state.StepResu
 // its replies into out.
 func (s *Store) runBatch(ctx context.Context, steps []state.Step, enc []encoded, out []state.StepResult) error {
 	var keys []string
-	args := []any{len(enc)}
+	args := []any{len(enc), s.channel()}
 	for _, e := range enc {
 		keys = append(keys, e.keys...)
 		args = append(args, e.args...)
 	}
-	res, err := s.run(ctx, batchScript, keys, args...)
+	res, err := s.run(ctx, script, keys, args...)
 	if err != nil {
 		return err
 	}
