@@ -44,7 +44,8 @@ import "github.com/redis/go-redis/v9"
 // current window's hash (q calls, r retries), weighing the previous
 // window's by 1, the part of it still inside the sliding window; a retry
 // is allowed while retries stay within max(4, 3 × calls). 5 is the
-// window's expiry (ms). A refused retry writes nothing.
+// window's expiry (ms), set when its first write makes it. A refused retry
+// writes nothing.
 var script = redis.NewScript(`
 local fields = {'s', 'g', 'c', 'o', 'p', 'k', 'e', 'f', 'u', 'l'}
 local channel = ARGV[2]
@@ -246,7 +247,11 @@ local function ratioStep(key, prevKey, a)
     redis.call('HINCRBY', key, 'q', 1)
     calls = calls + 1
   end
-  redis.call('PEXPIRE', key, ARGV[a + 5])
+  if not cur[1] and not cur[2] then
+    -- A window's hash is made by its first write: its expiry, from then,
+    -- outlasts the window and the next, in which it is the previous one.
+    redis.call('PEXPIRE', key, ARGV[a + 5])
+  end
   return {1, tostring(calls), tostring(retries)}
 end
 

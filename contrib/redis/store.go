@@ -267,7 +267,10 @@ func (s *Store) Ratio(ctx context.Context, key string, op state.RatioOp) (state.
 	return r.Ratio, err
 }
 
-// ratioStep is the script's KEYS and ARGV for op on key.
+// ratioStep is the script's KEYS and ARGV for op on key. A window's hash
+// expires three windows after its first write: it is read through the next
+// window, and a worker whose clock is behind the creator's by up to a
+// window still finds it.
 func (s *Store) ratioStep(key string, op state.RatioOp) ([]string, []any) {
 	idx, into := state.RatioWindow(op.Now, op.Window)
 	base := s.key("{" + s.family(key) + "}:" + key + ":")
@@ -276,7 +279,7 @@ func (s *Store) ratioStep(key string, op state.RatioOp) ([]string, []any) {
 		retry = "1"
 	}
 	return []string{base + strconv.FormatInt(idx, 10), base + strconv.FormatInt(idx-1, 10)},
-		[]any{strconv.FormatFloat(1-into, 'g', -1, 64), retry, strconv.FormatFloat(op.Ratio, 'g', -1, 64), op.MinRetries, ttlMs(2 * op.Window)}
+		[]any{strconv.FormatFloat(1-into, 'g', -1, 64), retry, strconv.FormatFloat(op.Ratio, 'g', -1, 64), op.MinRetries, ttlMs(3 * op.Window)}
 }
 
 func ratioView(res []any) (state.RatioView, error) {

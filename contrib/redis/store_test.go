@@ -65,7 +65,11 @@ func TestKeysAreNamespacedAndExpire(t *testing.T) {
 	require.ElementsMatch(t, []string{"t:breaker:p", "t:task:t1", "t:{t:breaker:p}:retry:p:9"}, m.Keys())
 	require.Equal(t, time.Hour, m.TTL("t:breaker:p"))
 	require.Equal(t, 24*time.Hour, m.TTL("t:task:t1"))
-	require.Equal(t, 20*time.Second, m.TTL("t:{t:breaker:p}:retry:p:9"))
+	require.Equal(t, 30*time.Second, m.TTL("t:{t:breaker:p}:retry:p:9"), "three windows from its first write")
+	m.FastForward(5 * time.Second)
+	_, err = st.Ratio(ctx, "retry:p", state.RatioOp{Now: time.Unix(99, 0), Window: 10 * time.Second, Ratio: 0.1, MinRetries: 3})
+	require.NoError(t, err)
+	require.Equal(t, 25*time.Second, m.TTL("t:{t:breaker:p}:retry:p:9"), "a later write keeps the expiry its first set")
 	m.FastForward(25 * time.Hour)
 	require.Empty(t, m.Keys())
 }
