@@ -1,8 +1,8 @@
 // Package redisstate shares retrace's circuit breakers and retry budgets
 // across a fleet of workers through Redis: it implements [state.State]
-// with one Lua script per step, so that every read and update of a
-// breaker, a task's retry count or a fleet's retry window is atomic on the
-// server.
+// and [state.Stepper] with one Lua script, run once per step or per batch
+// of steps, so that every read and update of a breaker, a task's retry
+// count or a fleet's retry window is atomic on the server.
 //
 //	rdb := redis.NewClient(redisstate.ClientOptions("127.0.0.1:6379", redisstate.DefaultTimeout))
 //	st := redisstate.New(rdb, redisstate.Options{})
@@ -18,5 +18,5 @@
 //
 // Keys are namespaced (Options.Namespace, "retrace" by default) and expire:
 // a breaker's record after its StateTTL, a task's count a day after its
-// last draw, a retry window two windows after its last step.
+// last draw, a retry window three windows after its first step.
 package redisstate
