@@ -1,0 +1,174 @@
+package retracetemporal_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	retracetemporal "github.com/retrace-go/retrace/contrib/temporal"
+	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
+	"github.com/retrace-go/retrace/session"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Each class of failure is handed to Temporal as an ApplicationError whose
+// type is the class, retryable only when retrying can help, with the
+// provider's Retry-After as the next delay, and retrace's reading in its
+// details.
+func TestApplicationError(t *testing.T) {
+	cfg := retracetemporal.Config{}
+	for _, tt := range []struct {
+		name      string
+		err       error
+		class     string
+		retryable bool
+		delay     time.Duration
+	}{
+		{"503", &policies.Error{StatusCode: 503, Message: "upstream unavailable"}, "transient", true, 0},
+		{"429 with Retry-After", &policies.Error{StatusCode: 429, RetryAfter: 5 * time.Second, Message: "slow down"}, "transient", true, 5 * time.Second},
+		{"429 insufficient_quota", &policies.Error{StatusCode: 429, Code: "insufficient_quota", Message: "You exceeded your current quota"}, "fatal", false, 0},
+		{"401", &policies.Error{StatusCode: 401, Code: "invalid_api_key", Message: "Incorrect API key provided"}, "permanent", false, 0},
+		{"context overflow", &policies.Error{StatusCode: 400, Code: "context_length_exceeded", Message: "maximum context length"}, "context_overflow", false, 0},
+		{"a plain error no rule knows", errors.New("the frobnicator jammed"), "unknown", false, 0},
+		{"a retry budget that refused", &policies.Error{Class: policies.Transient, Type: "503", Outcome: "budget_exhausted", Attempts: 2}, "transient", false, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := cfg.ApplicationError(tt.err)
+			var app *temporal.ApplicationError
+			require.ErrorAs(t, got, &app)
+			assert.Equal(t, tt.class, app.Type())
+			assert.Equal(t, !tt.retryable, app.NonRetryable())
+			assert.Equal(t, tt.delay, app.NextRetryDelay())
+			assert.ErrorIs(t, got, tt.err, "the cause is kept")
+			var f retracetemporal.Failure
+			require.NoError(t, app.Details(&f))
+			assert.Equal(t, tt.class, f.Class)
+		})
+	}
+	t.Run("what Temporal records holds no secret", func(t *testing.T) {
+		const key = "Zq7xW2.tenant.91" // in no shape a pattern knows: only its exact value can redact it
+		err := fmt.Errorf("POST /v1/chat: Authorization: Bearer sk-proj-abcdefghijklmnop1234: %w",
+			fmt.Errorf("tenant key %s refused", key))
+		got := retracetemporal.Config{Secrets: []string{key}}.ApplicationError(err)
+		// What the worker sends to the server, as Temporal's own converter
+		// writes it: every failure of the chain, with its details.
+		recorded, jerr := protojson.Marshal(temporal.GetDefaultFailureConverter().ErrorToFailure(got))
+		require.NoError(t, jerr)
+		assert.NotContains(t, string(recorded), key)
+		assert.NotContains(t, string(recorded), "abcdefghijklmnop1234")
+		assert.Contains(t, string(recorded), "REDACTED")
+		var app *temporal.ApplicationError
+		require.ErrorAs(t, got, &app)
+		assert.Contains(t, app.Error(), "[REDACTED]")
+		assert.ErrorIs(t, got, err, "the activity's process still reaches the error")
+	})
+	t.Run("unknown, retried when asked", func(t *testing.T) {
+		var app *temporal.ApplicationError
+		require.ErrorAs(t, retracetemporal.Config{RetryUnknown: true}.ApplicationError(errors.New("the frobnicator jammed")), &app)
+		assert.False(t, app.NonRetryable())
+	})
+	t.Run("as it was", func(t *testing.T) {
+		mine := temporal.NewNonRetryableApplicationError("mine", "MyType", nil)
+		for _, err := range []error{nil, context.Canceled, mine} {
+			assert.Equal(t, err, cfg.ApplicationError(err))
+		}
+	})
+}
+
+// An open breaker's refusal asks Temporal to come back when its cool-down
+// ends.
+func TestOpenBreakerSetsTheNextDelay(t *testing.T) {
+	cb := policies.NewCircuitBreaker[struct{}](policies.BreakerConfig{Delay: time.Minute})
+	cb.Open()
+	call := middleware.Policies[struct{}, struct{}]("model", cb)(func(context.Context, struct{}) (struct{}, error) {
+		t.Fatal("an open breaker called the handler")
+		return struct{}{}, nil
+	})
+	_, err := call(context.Background(), struct{}{})
+	require.Error(t, err)
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, retracetemporal.Config{}.ApplicationError(err), &app)
+	assert.False(t, app.NonRetryable())
+	assert.Positive(t, app.NextRetryDelay())
+	assert.LessOrEqual(t, app.NextRetryDelay(), time.Minute)
+}
+
+// A workflow's activity runs one session turn (4 attempts of its own)
+// against a fault server, under Temporal's retry policy of 3 attempts: the
+// interceptor lets Temporal retry what can succeed and stops what cannot.
+func TestActivityAttemptsByClass(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		fault     retracetest.Fault
+		attempts  int // activity attempts Temporal made
+		requests  int // what the provider received
+		errorType string
+	}{
+		{"503 always", retracetest.ServerError(503), 3, 12, "transient"},
+		{"429 insufficient_quota", retracetest.InsufficientQuota(), 1, 1, "fatal"},
+		{"401", retracetest.InvalidAPIKey(), 1, 1, "permanent"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := retracetest.New(retracetest.Always(tt.fault))
+			require.NoError(t, srv.Start())
+			t.Cleanup(srv.Close)
+			transport := &http.Transport{}
+			t.Cleanup(transport.CloseIdleConnections)
+
+			attempts := 0
+			turn := func(ctx context.Context, prompt string) (string, error) {
+				attempts++
+				s, err := session.New(session.Config{
+					Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: srv.URL(), APIKey: "sk-test", HTTPClient: &http.Client{Transport: transport}}),
+					Model:    "gpt-test",
+					Retry:    policies.RetryConfig{MaxAttempts: 4}, // no backoff
+				})
+				if err != nil {
+					return "", err
+				}
+				msg, err := s.Run(ctx, prompt)
+				return msg.Content, err
+			}
+			agent := func(ctx workflow.Context, prompt string) (string, error) {
+				ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+					StartToCloseTimeout: time.Minute,
+					RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+				})
+				var out string
+				err := workflow.ExecuteActivity(ctx, turn, prompt).Get(ctx, &out)
+				return out, err
+			}
+
+			var suite testsuite.WorkflowTestSuite
+			env := suite.NewTestWorkflowEnvironment()
+			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(retracetemporal.Config{})}})
+			env.RegisterWorkflow(agent)
+			env.RegisterActivity(turn)
+			env.ExecuteWorkflow(agent, "status?")
+			require.True(t, env.IsWorkflowCompleted())
+			err := env.GetWorkflowError()
+			require.Error(t, err)
+			var app *temporal.ApplicationError
+			require.ErrorAs(t, err, &app)
+			assert.Equal(t, tt.errorType, app.Type())
+			assert.Equal(t, tt.attempts, attempts, "activity attempts")
+			assert.Equal(t, tt.requests, srv.Requests(), "requests the provider received")
+		})
+	}
+}
