@@ -1,0 +1,132 @@
+package retracetemporal_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/retrace-go/retrace/clock"
+	retracetemporal "github.com/retrace-go/retrace/contrib/temporal"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/retracetest"
+	"github.com/retrace-go/retrace/session"
+)
+
+// agentRun is a user's activity: one session turn (4 attempts of its
+// own) against a provider, here a fault server; it notes each
+// attempt Temporal makes of it.
+type agentRun struct {
+	srv       *retracetest.Server
+	transport *http.Transport
+
+	mu       sync.Mutex
+	attempts []attemptSeen
+}
+
+type attemptSeen struct {
+	n  int32
+	at time.Time
+}
+
+func (a *agentRun) Turn(ctx context.Context, prompt string) (string, error) {
+	a.mu.Lock()
+	a.attempts = append(a.attempts, attemptSeen{activity.GetInfo(ctx).Attempt, time.Now()})
+	a.mu.Unlock()
+	s, err := session.New(session.Config{
+		Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: a.srv.URL(), APIKey: "sk-test", HTTPClient: &http.Client{Transport: a.transport}}),
+		Model:    "gpt-test",
+		// The session's own waits (a Retry-After) pass on a virtual
+		// clock; Temporal's between attempts are real.
+		Retry: policies.RetryConfig{MaxAttempts: 4, Clock: clock.NewVirtual(time.Now())},
+	})
+	if err != nil {
+		return "", err
+	}
+	msg, err := s.Run(ctx, prompt)
+	return msg.Content, err
+}
+
+// agentWorkflow runs the turn under Temporal's retry policy: attempts 0 is
+// Temporal's default, without limit.
+func agentWorkflow(ctx workflow.Context, prompt string, attempts int32) (string, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    time.Minute,
+		ScheduleToCloseTimeout: 20 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: attempts},
+	})
+	var out string
+	err := workflow.ExecuteActivity(ctx, "Turn", prompt).Get(ctx, &out)
+	return out, err
+}
+
+// On a real Temporal dev server, each fault's activity attempts and the
+// provider's requests: a fatal or permanent failure is not retried by
+// Temporal, a transient one is, after the provider's Retry-After when it
+// gave one.
+func TestOnTheDevServer(t *testing.T) {
+	c := startDevServer(t)
+	for i, tt := range []struct {
+		name     string
+		fault    retracetest.Fault
+		attempts int
+		requests int
+		errType  string
+		minGap   time.Duration // the least time between two attempts
+	}{
+		{"503 always", retracetest.ServerError(503), 3, 12, "transient", time.Second},
+		{"429 insufficient_quota", retracetest.InsufficientQuota(), 1, 1, "fatal", 0},
+		{"401", retracetest.InvalidAPIKey(), 1, 1, "permanent", 0},
+		{"429 with Retry-After 3 s", retracetest.RateLimited(3 * time.Second), 3, 12, "transient", 3 * time.Second},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := retracetest.New(retracetest.Always(tt.fault))
+			require.NoError(t, srv.Start())
+			t.Cleanup(srv.Close)
+			run := &agentRun{srv: srv, transport: &http.Transport{}}
+			t.Cleanup(run.transport.CloseIdleConnections)
+
+			queue := "agents-" + strconv.Itoa(i)
+			w := worker.New(c, queue, worker.Options{
+				Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(retracetemporal.Config{})},
+			})
+			w.RegisterWorkflow(agentWorkflow)
+			w.RegisterActivityWithOptions(run.Turn, activity.RegisterOptions{Name: "Turn"})
+			require.NoError(t, w.Start())
+			t.Cleanup(w.Stop)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a guard: the workflow ends by its own timeouts
+			defer cancel()
+			we, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: queue}, agentWorkflow, "status?", int32(3))
+			require.NoError(t, err)
+			err = we.Get(ctx, nil)
+			require.Error(t, err)
+			var app *temporal.ApplicationError
+			require.ErrorAs(t, err, &app)
+			assert.Equal(t, tt.errType, app.Type())
+
+			run.mu.Lock()
+			seen := append([]attemptSeen(nil), run.attempts...)
+			run.mu.Unlock()
+			require.Len(t, seen, tt.attempts, "activity attempts")
+			assert.Equal(t, tt.requests, srv.Requests(), "requests the provider received")
+			for j := 1; j < len(seen); j++ {
+				assert.Equal(t, int32(j+1), seen[j].n, "the attempt's number, as Temporal gives it")
+				gap := seen[j].at.Sub(seen[j-1].at)
+				assert.GreaterOrEqual(t, gap, tt.minGap, "attempt %d came %v after the one before", j+1, gap)
+				t.Logf("attempt %d: %v after attempt %d", j+1, gap.Round(10*time.Millisecond), j)
+			}
+		})
+	}
+}
