@@ -19,19 +19,38 @@ type foreignRetry struct {
 // retrace.retry.depth, in retrace.calls.worst_case (attempts times its
 // costliest attempt) and in the nested-retry event ("eino.ModelRetry(3) ×
 // session(4)"), so that the trace shows the multiplication before it
-// happens. Call it once per call of the loop, not per attempt.
+// happens. Call it once per call of the loop, not per attempt. attempts 0
+// or less is a loop without a limit: the worst case is unknown, and the
+// event says so ("temporal(?) × session(4)").
 //
 // The loop has no span of its own, and its calls count into the layer that
-// encloses it: outside any layer, or with fewer than 2 attempts, ctx is
+// encloses it: outside any layer, or with 1 attempt (no loop), ctx is
 // returned as it is.
 func WithinRetry(ctx context.Context, name string, attempts int) context.Context {
+	return withinRetry(ctx, name, attempts, true)
+}
+
+// WithinRetryAttempt returns a context that is one whole attempt of a
+// retry loop that encloses it and that retrace does not drive, named name,
+// making up to attempts attempts (0 or less: without a limit): a durable
+// execution engine's retry of an activity, each of whose attempts runs the
+// activity once, however many layer calls it makes. It counts as
+// [WithinRetry] does, but the layer calls made in ctx add up: the loop's
+// worst case is attempts times their sum. Call it once per attempt.
+func WithinRetryAttempt(ctx context.Context, name string, attempts int) context.Context {
+	return withinRetry(ctx, name, attempts, false)
+}
+
+func withinRetry(ctx context.Context, name string, attempts int, perCall bool) context.Context {
 	parent := frameFrom(ctx)
-	if parent == nil || attempts < 2 {
+	if parent == nil || attempts == 1 {
 		return ctx
 	}
 	f := &frame{foreign: &foreignRetry{}}
-	f.init(parent, name, attempts, true, nil)
-	f.perAttempt = true // each layer beneath is one attempt: the costliest counts, not their sum
+	f.init(parent, name, max(attempts, 0), true, nil)
+	// perCall: each layer beneath is one attempt, and the costliest counts,
+	// not their sum; else all of them are one attempt, and they add up.
+	f.perAttempt = perCall
 	return &frameCtx{Context: ctx, f: f}
 }
 

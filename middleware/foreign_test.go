@@ -89,3 +89,58 @@ func TestWithinRetryOutsideALayer(t *testing.T) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, num(layerSpans(rec, "session")[0], telemetry.Calls))
 }
+
+// A loop without a limit (a durable engine's default retry policy) around
+// a retrying layer: the event names it with "(?)" and the root states no
+// worst case, since there is none.
+func TestWithinRetryWithoutALimit(t *testing.T) {
+	rec, tp := recorder(t)
+	opts := []middleware.Option{tp}
+	inner := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})), opts...)(
+		func(context.Context, string) (string, error) { return "ok", nil })
+	outer := middleware.Layer[string, string]("activity", middleware.Spec[string]{}, opts...)(func(ctx context.Context, req string) (string, error) {
+		return inner(middleware.WithinRetryAttempt(ctx, "temporal", 0), req)
+	})
+	_, err := outer(context.Background(), "q")
+	require.NoError(t, err)
+	root := layerSpans(rec, "activity")[0]
+	assert.EqualValues(t, 1, num(root, telemetry.Calls))
+	_, stated := attr(root, telemetry.CallsWorstCase)
+	assert.False(t, stated, "no worst case: the loop has no limit")
+	assert.Equal(t, []string{"temporal(?) × session(4)"}, retracetest.NestedChains(root))
+}
+
+// One attempt of a loop that makes several layer calls: they add up, and
+// the loop multiplies their sum; WithinRetry, one attempt per call, counts
+// the costliest.
+func TestWithinRetryAttemptAddsUp(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		ctx   func(context.Context) context.Context
+		worst int64
+	}{
+		{"an attempt of the whole", func(ctx context.Context) context.Context { return middleware.WithinRetryAttempt(ctx, "temporal", 3) }, 3 * (4 + 4)},
+		{"an attempt per call", func(ctx context.Context) context.Context { return middleware.WithinRetry(ctx, "eino.ModelRetry", 3) }, 3 * 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rec, tp := recorder(t)
+			opts := []middleware.Option{tp}
+			inner := middleware.Layer[string, string]("session", spec(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 4})), opts...)(
+				func(context.Context, string) (string, error) { return "ok", nil })
+			outer := middleware.Layer[string, string]("activity", middleware.Spec[string]{}, opts...)(func(ctx context.Context, req string) (string, error) {
+				ctx = tt.ctx(ctx)
+				for range 2 { // two turns in one attempt
+					if _, err := inner(ctx, req); err != nil {
+						return "", err
+					}
+				}
+				return "ok", nil
+			})
+			_, err := outer(context.Background(), "q")
+			require.NoError(t, err)
+			root := layerSpans(rec, "activity")[0]
+			assert.EqualValues(t, 2, num(root, telemetry.Calls))
+			assert.EqualValues(t, tt.worst, num(root, telemetry.CallsWorstCase))
+		})
+	}
+}

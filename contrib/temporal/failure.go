@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -20,6 +21,9 @@ type Config struct {
 	// (policies.Classify). Give the classifier the activity's own layers
 	// use, so that Temporal and they agree.
 	Classifier *policies.Classifier
+	// Options configure each attempt's layer (its tracer and meter
+	// providers, its clock).
+	Options []middleware.Option
 	// Secrets are credentials to redact, by exact value, from what Temporal
 	// records of a failure (its history keeps it); patterns of known
 	// credentials are redacted besides (policies.Redact).

@@ -5,6 +5,8 @@ go 1.26.0
 require (
 	github.com/retrace-go/retrace v0.6.0
 	github.com/stretchr/testify v1.12.1
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
 	go.temporal.io/sdk v1.51.0
 	go.uber.org/goleak v1.3.0
 	google.golang.org/protobuf v1.36.12
@@ -39,10 +41,8 @@ require (
 	github.com/tidwall/pretty v1.2.1 // indirect
 	github.com/tidwall/sjson v1.2.5 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
-	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.temporal.io/api v1.64.3 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/retrace-go/retrace/clock"
 	retracetemporal "github.com/retrace-go/retrace/contrib/temporal"
+	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/session"
@@ -30,6 +33,7 @@ import (
 type agentRun struct {
 	srv       *retracetest.Server
 	transport *http.Transport
+	tp        *sdktrace.TracerProvider
 
 	mu       sync.Mutex
 	attempts []attemptSeen
@@ -49,7 +53,8 @@ func (a *agentRun) Turn(ctx context.Context, prompt string) (string, error) {
 		Model:    "gpt-test",
 		// The session's own waits (a Retry-After) pass on a virtual
 		// clock; Temporal's between attempts are real.
-		Retry: policies.RetryConfig{MaxAttempts: 4, Clock: clock.NewVirtual(time.Now())},
+		Retry:   policies.RetryConfig{MaxAttempts: 4, Clock: clock.NewVirtual(time.Now())},
+		Options: []middleware.Option{middleware.WithTracerProvider(a.tp)},
 	})
 	if err != nil {
 		return "", err
@@ -58,12 +63,13 @@ func (a *agentRun) Turn(ctx context.Context, prompt string) (string, error) {
 	return msg.Content, err
 }
 
-// agentWorkflow runs the turn under Temporal's retry policy: attempts 0 is
-// Temporal's default, without limit.
-func agentWorkflow(ctx workflow.Context, prompt string, attempts int32) (string, error) {
+// agentWorkflow runs the turn under Temporal's retry policy (attempts 0
+// is Temporal's default, without limit), within a schedule-to-close
+// timeout: the session's waits stay within what is left of it.
+func agentWorkflow(ctx workflow.Context, prompt string, attempts int32, scheduleToClose time.Duration) (string, error) {
 	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout:    time.Minute,
-		ScheduleToCloseTimeout: 20 * time.Second,
+		ScheduleToCloseTimeout: scheduleToClose,
 		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: attempts},
 	})
 	var out string
@@ -80,26 +86,35 @@ func TestOnTheDevServer(t *testing.T) {
 	for i, tt := range []struct {
 		name     string
 		fault    retracetest.Fault
-		attempts int
+		policy   int32 // the activity's MaximumAttempts; 0: Temporal's default, no limit
+		attempts int   // 0: as many as fit in the schedule-to-close timeout
 		requests int
 		errType  string
 		minGap   time.Duration // the least time between two attempts
+		chain    string
+		within   time.Duration // the schedule-to-close timeout
 	}{
-		{"503 always", retracetest.ServerError(503), 3, 12, "transient", time.Second},
-		{"429 insufficient_quota", retracetest.InsufficientQuota(), 1, 1, "fatal", 0},
-		{"401", retracetest.InvalidAPIKey(), 1, 1, "permanent", 0},
-		{"429 with Retry-After 3 s", retracetest.RateLimited(3 * time.Second), 3, 12, "transient", 3 * time.Second},
+		{"503 always", retracetest.ServerError(503), 3, 3, 12, "transient", time.Second, "temporal(3) × session(4)", 20 * time.Second},
+		{"429 insufficient_quota", retracetest.InsufficientQuota(), 3, 1, 1, "fatal", 0, "temporal(3) × session(4)", 20 * time.Second},
+		{"401", retracetest.InvalidAPIKey(), 3, 1, 1, "permanent", 0, "temporal(3) × session(4)", 20 * time.Second},
+		{"429 with Retry-After 3 s", retracetest.RateLimited(3 * time.Second), 3, 3, 12, "transient", 3 * time.Second, "temporal(3) × session(4)", 20 * time.Second},
+		{"503 always, no limit", retracetest.ServerError(503), 0, 0, 0, "transient", time.Second, "temporal(?) × session(4)", 8 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := retracetest.New(retracetest.Always(tt.fault))
 			require.NoError(t, srv.Start())
 			t.Cleanup(srv.Close)
-			run := &agentRun{srv: srv, transport: &http.Transport{}}
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			run := &agentRun{srv: srv, transport: &http.Transport{}, tp: tp}
 			t.Cleanup(run.transport.CloseIdleConnections)
 
 			queue := "agents-" + strconv.Itoa(i)
 			w := worker.New(c, queue, worker.Options{
-				Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(retracetemporal.Config{})},
+				Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(retracetemporal.Config{
+					Options: []middleware.Option{middleware.WithTracerProvider(tp)},
+				})},
 			})
 			w.RegisterWorkflow(agentWorkflow)
 			w.RegisterActivityWithOptions(run.Turn, activity.RegisterOptions{Name: "Turn"})
@@ -108,7 +123,7 @@ func TestOnTheDevServer(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a guard: the workflow ends by its own timeouts
 			defer cancel()
-			we, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: queue}, agentWorkflow, "status?", int32(3))
+			we, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: queue}, agentWorkflow, "status?", tt.policy, tt.within)
 			require.NoError(t, err)
 			err = we.Get(ctx, nil)
 			require.Error(t, err)
@@ -119,8 +134,25 @@ func TestOnTheDevServer(t *testing.T) {
 			run.mu.Lock()
 			seen := append([]attemptSeen(nil), run.attempts...)
 			run.mu.Unlock()
+			if tt.attempts == 0 {
+				require.Greater(t, len(seen), 1, "Temporal retried without a limit")
+				tt.attempts, tt.requests = len(seen), 4*len(seen)
+			}
 			require.Len(t, seen, tt.attempts, "activity attempts")
 			assert.Equal(t, tt.requests, srv.Requests(), "requests the provider received")
+			var calls int64
+			for _, spans := range retracetest.ByTrace(rec.Ended()) {
+				counts, err := retracetest.TraceCounts(spans)
+				require.NoError(t, err)
+				calls += counts.Calls
+				for _, s := range spans {
+					if !s.Parent().IsValid() {
+						assert.Equal(t, []string{tt.chain}, retracetest.NestedChains(s))
+					}
+				}
+			}
+			assert.EqualValues(t, tt.requests, calls, "requests = retrace.calls over the attempts' roots")
+			t.Logf("%s: %d attempts, %d requests, retrace.calls %d", tt.name, len(seen), srv.Requests(), calls)
 			for j := 1; j < len(seen); j++ {
 				assert.Equal(t, int32(j+1), seen[j].n, "the attempt's number, as Temporal gives it")
 				gap := seen[j].at.Sub(seen[j-1].at)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
@@ -110,19 +112,28 @@ func TestOpenBreakerSetsTheNextDelay(t *testing.T) {
 }
 
 // A workflow's activity runs one session turn (4 attempts of its own)
-// against a fault server, under Temporal's retry policy of 3 attempts: the
-// interceptor lets Temporal retry what can succeed and stops what cannot.
+// against a fault server, under Temporal's retry policy: the interceptor
+// lets Temporal retry what can succeed and stops what cannot, and each
+// activity attempt is a retrace root whose worst case multiplies Temporal's
+// attempts by the session's.
 func TestActivityAttemptsByClass(t *testing.T) {
 	for _, tt := range []struct {
-		name      string
-		fault     retracetest.Fault
-		attempts  int // activity attempts Temporal made
-		requests  int // what the provider received
-		errorType string
+		name        string
+		fault       retracetest.Fault
+		maxAttempts int32 // the activity's retry policy; 0: Temporal's default, no limit
+		attempts    int   // activity attempts Temporal made
+		requests    int   // what the provider received
+		errorType   string
+		chain       string // the nested-retry event
+		worst       int64  // each attempt's worst case; 0: none stated
 	}{
-		{"503 always", retracetest.ServerError(503), 3, 12, "transient"},
-		{"429 insufficient_quota", retracetest.InsufficientQuota(), 1, 1, "fatal"},
-		{"401", retracetest.InvalidAPIKey(), 1, 1, "permanent"},
+		{"503 always", retracetest.ServerError(503), 3, 3, 12, "transient", "temporal(3) × session(4)", 12},
+		{"429 insufficient_quota", retracetest.InsufficientQuota(), 3, 1, 1, "fatal", "temporal(3) × session(4)", 12},
+		{"401", retracetest.InvalidAPIKey(), 3, 1, 1, "permanent", "temporal(3) × session(4)", 12},
+		// Temporal's default policy, without a limit: the test
+		// environment's clock decides how many attempts fit in the
+		// schedule-to-close timeout (0: not checked); each costs 4.
+		{"503 always, no limit", retracetest.ServerError(503), 0, 0, 0, "transient", "temporal(?) × session(4)", 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := retracetest.New(retracetest.Always(tt.fault))
@@ -130,6 +141,9 @@ func TestActivityAttemptsByClass(t *testing.T) {
 			t.Cleanup(srv.Close)
 			transport := &http.Transport{}
 			t.Cleanup(transport.CloseIdleConnections)
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 
 			attempts := 0
 			turn := func(ctx context.Context, prompt string) (string, error) {
@@ -138,6 +152,7 @@ func TestActivityAttemptsByClass(t *testing.T) {
 					Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: srv.URL(), APIKey: "sk-test", HTTPClient: &http.Client{Transport: transport}}),
 					Model:    "gpt-test",
 					Retry:    policies.RetryConfig{MaxAttempts: 4}, // no backoff
+					Options:  []middleware.Option{middleware.WithTracerProvider(tp)},
 				})
 				if err != nil {
 					return "", err
@@ -147,8 +162,9 @@ func TestActivityAttemptsByClass(t *testing.T) {
 			}
 			agent := func(ctx workflow.Context, prompt string) (string, error) {
 				ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-					StartToCloseTimeout: time.Minute,
-					RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3},
+					StartToCloseTimeout:    time.Minute,
+					ScheduleToCloseTimeout: 20 * time.Second,
+					RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumAttempts: tt.maxAttempts},
 				})
 				var out string
 				err := workflow.ExecuteActivity(ctx, turn, prompt).Get(ctx, &out)
@@ -157,7 +173,8 @@ func TestActivityAttemptsByClass(t *testing.T) {
 
 			var suite testsuite.WorkflowTestSuite
 			env := suite.NewTestWorkflowEnvironment()
-			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(retracetemporal.Config{})}})
+			cfg := retracetemporal.Config{Options: []middleware.Option{middleware.WithTracerProvider(tp)}}
+			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(cfg)}})
 			env.RegisterWorkflow(agent)
 			env.RegisterActivity(turn)
 			env.ExecuteWorkflow(agent, "status?")
@@ -167,8 +184,43 @@ func TestActivityAttemptsByClass(t *testing.T) {
 			var app *temporal.ApplicationError
 			require.ErrorAs(t, err, &app)
 			assert.Equal(t, tt.errorType, app.Type())
+			if tt.attempts == 0 {
+				require.Greater(t, attempts, 1, "Temporal retried without a limit")
+				tt.attempts, tt.requests = attempts, 4*attempts
+			}
 			assert.Equal(t, tt.attempts, attempts, "activity attempts")
 			assert.Equal(t, tt.requests, srv.Requests(), "requests the provider received")
+
+			// One retrace root per activity attempt, numbered as Temporal
+			// numbers it, its calls its own.
+			total := int64(0)
+			var roots []sdktrace.ReadOnlySpan
+			for _, s := range rec.Ended() {
+				if !s.Parent().IsValid() {
+					roots = append(roots, s)
+				}
+			}
+			require.Len(t, roots, tt.attempts)
+			for i, root := range roots {
+				assert.Equal(t, retracetemporal.LayerName, attrOf(root, "retrace.layer"))
+				assert.EqualValues(t, i+1, attrOf(root, "retrace.attempt"))
+				counts, err := retracetest.TraceCounts(retracetest.ByTrace(rec.Ended())[i])
+				require.NoError(t, err)
+				assert.Equal(t, counts.LeafSpans, int(counts.Calls), "leaf spans = retrace.calls")
+				assert.Equal(t, tt.worst, counts.WorstCase)
+				assert.Equal(t, []string{tt.chain}, retracetest.NestedChains(root))
+				total += counts.Calls
+			}
+			assert.EqualValues(t, tt.requests, total, "requests the provider received = retrace.calls, summed over the attempts")
 		})
 	}
+}
+
+func attrOf(s sdktrace.ReadOnlySpan, key string) any {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == key {
+			return kv.Value.AsInterface()
+		}
+	}
+	return nil
 }
