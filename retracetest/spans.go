@@ -55,8 +55,10 @@ type Counts struct {
 
 // TraceCounts reads the counts of the trace of the spans given, as a span
 // recorder (go.opentelemetry.io/otel/sdk/trace/tracetest) holds them. The
-// spans must be those of one trace, whole: it fails on spans of several
-// traces, or on a trace whose root has not ended.
+// spans must be those of one trace, whole, or one subtree of it
+// ([Subtree]: retrace's root beneath another system's span, such as
+// Temporal's RunActivity): it fails on spans of several traces, or when
+// their root has not ended.
 func TraceCounts(spans []sdktrace.ReadOnlySpan) (Counts, error) {
 	if len(spans) == 0 {
 		return Counts{}, errors.New("retracetest: no spans")
@@ -72,6 +74,20 @@ func TraceCounts(spans []sdktrace.ReadOnlySpan) (Counts, error) {
 			root = s
 		}
 		byID[s.SpanContext().SpanID()] = s
+	}
+	if root == nil {
+		// A subtree: its root is the one span whose parent is not given,
+		// and it is a retrace root (it states retrace.calls); without it
+		// the spans are a trace whose root has not ended.
+		var tops []sdktrace.ReadOnlySpan
+		for _, s := range spans {
+			if _, ok := byID[s.Parent().SpanID()]; !ok {
+				tops = append(tops, s)
+			}
+		}
+		if len(tops) == 1 && has(tops[0], keyCalls) {
+			root = tops[0]
+		}
 	}
 	if root == nil {
 		return Counts{}, fmt.Errorf("retracetest: trace %s has no root span among the %d given", id, len(spans))
@@ -176,4 +192,25 @@ func has(s sdktrace.ReadOnlySpan, k attribute.Key) bool {
 		}
 	}
 	return false
+}
+
+// Subtree returns root and the spans beneath it among spans, in the order
+// given: one retrace root's tree inside a trace that another system's spans
+// begin (a workflow's), for [TraceCounts].
+func Subtree(spans []sdktrace.ReadOnlySpan, root sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
+	parent := map[trace.SpanID]trace.SpanID{}
+	for _, s := range spans {
+		parent[s.SpanContext().SpanID()] = s.Parent().SpanID()
+	}
+	top := root.SpanContext().SpanID()
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range spans {
+		for id, ok := s.SpanContext().SpanID(), true; ok; id, ok = parent[id] {
+			if id == top {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,8 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
@@ -110,9 +113,16 @@ func TestOnTheDevServer(t *testing.T) {
 			run := &agentRun{srv: srv, transport: &http.Transport{}, tp: tp}
 			t.Cleanup(run.transport.CloseIdleConnections)
 
+			// Temporal's own tracing on the same provider, on the client and
+			// the worker, as a user has it: retrace's spans join its trace.
+			tracing, err := temporalotel.NewTracingInterceptor(temporalotel.TracerOptions{Tracer: tp.Tracer("temporal-sdk-go")})
+			require.NoError(t, err)
+			tc, err := client.NewClientFromExisting(c, client.Options{Interceptors: []interceptor.ClientInterceptor{tracing}, Logger: quiet{}})
+			require.NoError(t, err)
+			t.Cleanup(tc.Close)
 			queue := "agents-" + strconv.Itoa(i)
-			w := worker.New(c, queue, worker.Options{
-				Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(retracetemporal.Config{
+			w := worker.New(tc, queue, worker.Options{
+				Interceptors: []interceptor.WorkerInterceptor{tracing, retracetemporal.NewInterceptor(retracetemporal.Config{
 					Options: []middleware.Option{middleware.WithTracerProvider(tp)},
 				})},
 			})
@@ -123,7 +133,7 @@ func TestOnTheDevServer(t *testing.T) {
 
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a guard: the workflow ends by its own timeouts
 			defer cancel()
-			we, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: queue}, agentWorkflow, "status?", tt.policy, tt.within)
+			we, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: queue}, agentWorkflow, "status?", tt.policy, tt.within)
 			require.NoError(t, err)
 			err = we.Get(ctx, nil)
 			require.Error(t, err)
@@ -140,18 +150,35 @@ func TestOnTheDevServer(t *testing.T) {
 			}
 			require.Len(t, seen, tt.attempts, "activity attempts")
 			assert.Equal(t, tt.requests, srv.Requests(), "requests the provider received")
-			var calls int64
-			for _, spans := range retracetest.ByTrace(rec.Ended()) {
-				counts, err := retracetest.TraceCounts(spans)
-				require.NoError(t, err)
-				calls += counts.Calls
-				for _, s := range spans {
-					if !s.Parent().IsValid() {
-						assert.Equal(t, []string{tt.chain}, retracetest.NestedChains(s))
-					}
-				}
+			// One trace: the workflow's, holding every attempt's RunActivity
+			// span, retrace's root beneath each, and the session's and the
+			// HTTP spans beneath that.
+			spans := rec.Ended()
+			traces := retracetest.ByTrace(spans)
+			require.Len(t, traces, 1, "one trace")
+			byID := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+			for _, s := range spans {
+				byID[s.SpanContext().SpanID()] = s
 			}
+			var calls int64
+			var roots int
+			for _, s := range spans {
+				if attrOf(s, "retrace.layer") != retracetemporal.LayerName {
+					continue
+				}
+				roots++
+				parent, ok := byID[s.Parent().SpanID()]
+				require.True(t, ok, "retrace's root has its parent in the trace")
+				assert.True(t, strings.HasPrefix(parent.Name(), "RunActivity:"), "beneath %q", parent.Name())
+				counts, err := retracetest.TraceCounts(retracetest.Subtree(spans, s))
+				require.NoError(t, err)
+				assert.Equal(t, counts.LeafSpans, int(counts.Calls), "leaf spans = retrace.calls")
+				assert.Equal(t, []string{tt.chain}, retracetest.NestedChains(s))
+				calls += counts.Calls
+			}
+			assert.Equal(t, tt.attempts, roots, "a retrace root per activity attempt")
 			assert.EqualValues(t, tt.requests, calls, "requests = retrace.calls over the attempts' roots")
+			t.Logf("trace %s: %d spans", traces[0][0].SpanContext().TraceID(), len(spans))
 			t.Logf("%s: %d attempts, %d requests, retrace.calls %d", tt.name, len(seen), srv.Requests(), calls)
 			for j := 1; j < len(seen); j++ {
 				assert.Equal(t, int32(j+1), seen[j].n, "the attempt's number, as Temporal gives it")
