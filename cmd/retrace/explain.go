@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
@@ -122,6 +123,12 @@ type Analysis struct {
 	Calls     int64 `json:"calls"`
 	LeafSpans int   `json:"leaf_spans"`
 	WorstCase int64 `json:"worst_case"`
+	// Roots are retrace's roots in a trace that another system's span
+	// begins (a workflow's, whose activity attempts are each a retrace
+	// root): Calls are then theirs added up, and WorstCase the largest of
+	// theirs, which counts the attempts of the layer around them already.
+	// 0 when the trace's root is retrace's.
+	Roots int `json:"retrace_roots,omitempty"`
 	// Uncounted are the leaf spans that retrace.calls does not count, by
 	// why (retrace.uncounted: unsent, handshake, notification).
 	Uncounted map[string]int `json:"uncounted,omitempty"`
@@ -269,9 +276,19 @@ func analyze(f *forest) (*Analysis, error) {
 	a := &Analysis{Advice: []Advice{}}
 	a.TraceID = root.s.SpanContext().TraceID().String()
 	a.Root = root.s.Name()
-	a.Outcome, a.Diagnosis = root.str(telemetry.Outcome), root.str(telemetry.Diagnosis)
 	a.WallMs = root.s.EndTime().Sub(root.s.StartTime()).Milliseconds()
-	a.Calls, a.WorstCase = root.num(telemetry.Calls), root.num(telemetry.CallsWorstCase)
+	roots := retraceRoots(root, f.all)
+	if len(roots) > 0 && roots[0] != root {
+		a.Roots = len(roots)
+	}
+	for _, r := range roots {
+		a.Calls += r.num(telemetry.Calls)
+		a.WorstCase = max(a.WorstCase, r.num(telemetry.CallsWorstCase))
+	}
+	if len(roots) > 0 {
+		last := roots[len(roots)-1]
+		a.Outcome, a.Diagnosis = last.str(telemetry.Outcome), last.str(telemetry.Diagnosis)
+	}
 	a.Links = Links{Spans: len(f.all), Orphans: f.count(topOrphan), Cycles: f.cycles, CycleSpans: f.inCycles,
 		Duplicates: f.duplicates, Depth: f.deepest, FromOrphan: root.top == topOrphan}
 
@@ -323,7 +340,7 @@ func analyze(f *forest) (*Analysis, error) {
 		return a.Errors[i].Class+a.Errors[i].Type < a.Errors[j].Class+a.Errors[j].Type
 	})
 
-	a.Nested, a.Product = nesting(root, f.all)
+	a.Nested, a.Product = nesting(roots, f.all)
 	a.Breakers = breakers(f.all)
 	for _, n := range f.all {
 		if o := n.str(telemetry.Outcome); n.isLayer() && (o == string(telemetry.OutcomeRejected) || o == string(telemetry.OutcomeBudgetExhausted)) {
@@ -331,8 +348,53 @@ func analyze(f *forest) (*Analysis, error) {
 		}
 	}
 	a.Budget = budget(f.all)
-	a.Advice = advise(a, f.all)
+	a.Advice = append(advise(a, f.all), adviseAround(a, roots)...)
 	return a, nil
+}
+
+// retraceRoots are the spans that carry retrace.calls, retrace's roots, by
+// start time: root itself when it is one, else those beneath it, or
+// anywhere in the trace (a workflow's trace holds one per activity
+// attempt). An empty result: no span of the trace is retrace's root.
+func retraceRoots(root *node, all []*node) []*node {
+	if root.has(telemetry.Calls) {
+		return []*node{root}
+	}
+	var out []*node
+	for _, n := range all {
+		if n.has(telemetry.Calls) && n.isLayer() {
+			out = append(out, n)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].s.StartTime().Before(out[j].s.StartTime()) })
+	return out
+}
+
+// adviseAround advises on the layer around retrace's roots, when a trace
+// holds several (the attempts of a durable engine's retry): a failure that
+// retrying cannot fix, called again by it; a loop without a limit around
+// layers that retry.
+func adviseAround(a *Analysis, roots []*node) []Advice {
+	var out []Advice
+	if a.Roots >= 2 {
+		for _, r := range roots[:len(roots)-1] {
+			switch class := r.str(telemetry.ErrorClass); class {
+			case "permanent", "fatal", "context_overflow", "programming", "user_action":
+				out = append(out, Advice{Kind: "outer_retry", Text: fmt.Sprintf(
+					"a %s failure (%s) ended retrace's call, and the layer around it (%s) called it again, %d calls in all: let retrace's class decide that layer's retries (contrib/temporal's interceptor makes Temporal stop on it)",
+					class, r.str(semconv.ErrorType), a.Root, a.Roots)})
+				return out
+			}
+		}
+	}
+	for i, l := range a.Nested {
+		if l.MaxAttempts == 0 && !l.Hidden && i+1 < len(a.Nested) {
+			out = append(out, Advice{Kind: "unbounded", Text: fmt.Sprintf(
+				"%s retries without a limit around %s(%d): no worst case holds; give it a limit (Temporal: the activity's RetryPolicy.MaximumAttempts)",
+				l.Layer, a.Nested[i+1].Layer, a.Nested[i+1].MaxAttempts)})
+		}
+	}
+	return out
 }
 
 // refuse counts the refused leaf span n under the policy that refused it:
@@ -367,10 +429,14 @@ func (a *Analysis) refuse(n *node, index map[Refusal]int) {
 
 // nesting reads the longest chain of retrying layers the root announced
 // (retrace.nested_retry), and marks the layers whose attempts have no spans.
-func nesting(root *node, all []*node) ([]NestedLayer, int64) {
+func nesting(roots []*node, all []*node) ([]NestedLayer, int64) {
 	var chain []NestedLayer
 	var product int64
-	for _, ev := range root.s.Events() {
+	var events []sdktrace.Event
+	for _, r := range roots {
+		events = append(events, r.s.Events()...)
+	}
+	for _, ev := range events {
 		if ev.Name != telemetry.EventNestedRetry {
 			continue
 		}
@@ -390,6 +456,13 @@ func nesting(root *node, all []*node) ([]NestedLayer, int64) {
 		}
 	}
 	visible, spanned, resent := map[string]bool{}, map[string]bool{}, false
+	if len(roots) >= 2 {
+		// Retrace's roots are the attempts of the layer around them, each
+		// a root of the layer they are named by: its attempts are seen.
+		for _, r := range roots {
+			visible[r.str(telemetry.Layer)] = true
+		}
+	}
 	for _, n := range all {
 		if n.isLayer() {
 			spanned[n.str(telemetry.Layer)] = true
@@ -629,6 +702,10 @@ func (a *Analysis) write(w io.Writer) error {
 		fmt.Fprintf(&b, "; at worst the layers could make %d\n", a.WorstCase)
 	default:
 		b.WriteString("; the root records no worst case\n")
+	}
+	if a.Roots > 0 {
+		fmt.Fprintf(&b, "  roots       %s beneath %s, each an attempt of the layer around retrace: the calls are theirs added up\n",
+			plural(a.Roots, "retrace root"), a.Root)
 	}
 	if len(a.Nested) > 0 {
 		var parts []string

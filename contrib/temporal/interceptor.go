@@ -10,7 +10,6 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/retrace-go/retrace/middleware"
-	"github.com/retrace-go/retrace/telemetry"
 )
 
 // LayerName is the retry layer Temporal's activity attempts are, in the
@@ -32,8 +31,8 @@ const attemptsHeader = "retrace-max-attempts"
 // activities stay as they are.
 //
 // Each attempt is the root of its own retrace trace tree (a layer named
-// [LayerName], retrace.attempt the attempt's number, retrace.calls what it
-// sent), and the activity's retry policy is a retry layer around the
+// [LayerName], temporal.activity.attempt the attempt's number,
+// retrace.calls what it sent), and the activity's retry policy is a retry layer around the
 // layers the activity calls: retrace.calls.worst_case is its MaximumAttempts
 // times what one attempt may cost, and the nested-retry event names it. A
 // policy without a limit (Temporal's default) leaves the worst case unknown
@@ -104,7 +103,7 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 	info := activity.GetInfo(ctx)
 	attempts := maxAttempts(ctx, info)
 	ctx = middleware.WithCallAttributes(ctx,
-		attribute.Int(string(telemetry.Attempt), int(info.Attempt)),
+		attribute.Int("temporal.activity.attempt", int(info.Attempt)),
 		attribute.String("temporal.activity.type", info.ActivityType.Name),
 		attribute.String("temporal.workflow.id", info.WorkflowExecution.ID),
 		attribute.String("temporal.activity.id", info.ActivityID),

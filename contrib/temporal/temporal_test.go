@@ -203,7 +203,7 @@ func TestActivityAttemptsByClass(t *testing.T) {
 			require.Len(t, roots, tt.attempts)
 			for i, root := range roots {
 				assert.Equal(t, retracetemporal.LayerName, attrOf(root, "retrace.layer"))
-				assert.EqualValues(t, i+1, attrOf(root, "retrace.attempt"))
+				assert.EqualValues(t, i+1, attrOf(root, "temporal.activity.attempt"), "the attempt's number, as Temporal gives it")
 				counts, err := retracetest.TraceCounts(retracetest.ByTrace(rec.Ended())[i])
 				require.NoError(t, err)
 				assert.Equal(t, counts.LeafSpans, int(counts.Calls), "leaf spans = retrace.calls")
