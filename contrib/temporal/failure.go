@@ -9,6 +9,7 @@ import (
 
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
 	"github.com/retrace-go/retrace/telemetry"
 )
 
@@ -21,6 +22,16 @@ type Config struct {
 	// (policies.Classify). Give the classifier the activity's own layers
 	// use, so that Temporal and they agree.
 	Classifier *policies.Classifier
+	// TaskBudget, above 0, is the retries a workflow's activities may make
+	// in all, Temporal's and every retrace layer's beneath alike, across
+	// attempts and workers: one count per workflow ID on State. An
+	// activity attempt after the first draws one before it runs; when none
+	// is left it does not run, and Temporal stops retrying it
+	// (budget_exhausted).
+	TaskBudget int
+	// State keeps the task budget: a shared one (contrib/redis) for a
+	// fleet of workers; nil → this worker's memory.
+	State state.State
 	// Options configure each attempt's layer (its tracer and meter
 	// providers, its clock).
 	Options []middleware.Option

@@ -2,6 +2,7 @@ package retracetemporal
 
 import (
 	"context"
+	"fmt"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.temporal.io/sdk/activity"
@@ -10,6 +11,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/retrace-go/retrace/middleware"
+	"github.com/retrace-go/retrace/policies"
+	"github.com/retrace-go/retrace/policies/state"
+	"github.com/retrace-go/retrace/telemetry"
 )
 
 // LayerName is the retry layer Temporal's activity attempts are, in the
@@ -40,6 +44,9 @@ const attemptsHeader = "retrace-max-attempts"
 func NewInterceptor(cfg Config) interceptor.WorkerInterceptor {
 	opts := append([]middleware.Option{}, cfg.Options...)
 	layer := middleware.Layer[*interceptor.ExecuteActivityInput, any](LayerName, middleware.Spec[any]{}, opts...)
+	if cfg.TaskBudget > 0 && cfg.State == nil {
+		cfg.State = state.NewMemory()
+	}
 	return &workerInterceptor{cfg: cfg, layer: layer}
 }
 
@@ -102,6 +109,17 @@ type activityInbound struct {
 func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
 	info := activity.GetInfo(ctx)
 	attempts := maxAttempts(ctx, info)
+	if n := a.w.cfg.TaskBudget; n > 0 {
+		ctx = policies.WithSharedTaskBudget(ctx, a.w.cfg.State, "temporal:"+info.WorkflowExecution.ID, n)
+		if info.Attempt > 1 {
+			// Temporal's retry is a retry of the task's like any other.
+			if ok, _ := policies.TaskBudgetFrom(ctx).Draw(ctx); !ok {
+				return nil, a.w.cfg.ApplicationError(&policies.Error{Class: policies.Transient, Type: "budget_exhausted",
+					Layer: LayerName, Outcome: telemetry.OutcomeBudgetExhausted, Attempts: int(info.Attempt) - 1,
+					Message: fmt.Sprintf("the workflow's retry budget (%d) is spent: attempt %d of %s is not made", n, info.Attempt, info.ActivityType.Name)})
+			}
+		}
+	}
 	ctx = middleware.WithCallAttributes(ctx,
 		attribute.Int("temporal.activity.attempt", int(info.Attempt)),
 		attribute.String("temporal.activity.type", info.ActivityType.Name),

@@ -224,3 +224,67 @@ func attrOf(s sdktrace.ReadOnlySpan, key string) any {
 	}
 	return nil
 }
+
+// The workflow's task budget counts Temporal's retries with the session's:
+// a workflow with 2 retries in all stops when they are spent, whichever
+// layer spends them.
+func TestTaskBudgetAcrossAttempts(t *testing.T) {
+	for _, tt := range []struct {
+		name            string
+		sessionAttempts int
+		attempts        int // activity attempts Temporal made
+		requests        int
+	}{
+		// The session retries twice in the first attempt: nothing left.
+		{"the session spends it", 4, 1, 3},
+		// Without session retries, Temporal's retries draw: 1 + 2.
+		{"Temporal spends it", 1, 3, 3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := retracetest.New(retracetest.Always(retracetest.ServerError(503)))
+			require.NoError(t, srv.Start())
+			t.Cleanup(srv.Close)
+			transport := &http.Transport{}
+			t.Cleanup(transport.CloseIdleConnections)
+			attempts := 0
+			turn := func(ctx context.Context, prompt string) (string, error) {
+				attempts++
+				s, err := session.New(session.Config{
+					Provider: session.NewOpenAI(session.OpenAIConfig{BaseURL: srv.URL(), APIKey: "sk-test", HTTPClient: &http.Client{Transport: transport}}),
+					Model:    "gpt-test",
+					Retry:    policies.RetryConfig{MaxAttempts: tt.sessionAttempts},
+				})
+				if err != nil {
+					return "", err
+				}
+				msg, err := s.Run(ctx, prompt)
+				return msg.Content, err
+			}
+			agent := func(ctx workflow.Context, prompt string) (string, error) {
+				ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+					StartToCloseTimeout: time.Minute,
+					RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
+				})
+				var out string
+				err := workflow.ExecuteActivity(ctx, turn, prompt).Get(ctx, &out)
+				return out, err
+			}
+			var suite testsuite.WorkflowTestSuite
+			env := suite.NewTestWorkflowEnvironment()
+			env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(retracetemporal.Config{TaskBudget: 2})}})
+			env.RegisterWorkflow(agent)
+			env.RegisterActivity(turn)
+			env.ExecuteWorkflow(agent, "status?")
+			require.True(t, env.IsWorkflowCompleted())
+			err := env.GetWorkflowError()
+			var app *temporal.ApplicationError
+			require.ErrorAs(t, err, &app)
+			assert.True(t, app.NonRetryable(), "a spent budget stops Temporal")
+			var f retracetemporal.Failure
+			require.NoError(t, app.Details(&f))
+			assert.Equal(t, "budget_exhausted", f.Outcome)
+			assert.Equal(t, tt.attempts, attempts, "activity attempts that ran")
+			assert.Equal(t, tt.requests, srv.Requests(), "requests the provider received")
+		})
+	}
+}
