@@ -58,9 +58,9 @@ func freePort(t *testing.T) int {
 }
 
 // startDevServer starts a Temporal dev server on 127.0.0.1, in memory,
-// without its UI, and returns a client of its default namespace; both end
-// with the test.
-func startDevServer(t *testing.T) client.Client {
+// without its UI, and returns a client of its default namespace and its
+// address; both end with the test.
+func startDevServer(t *testing.T) (client.Client, string) {
 	t.Helper()
 	bin := devServerBin(t)
 	port := freePort(t)
@@ -108,12 +108,13 @@ func startDevServer(t *testing.T) client.Client {
 	case <-guard.C:
 		t.Fatal("the dev server did not say it listens within 2 minutes")
 	}
-	c, err := client.Dial(client.Options{HostPort: "127.0.0.1:" + strconv.Itoa(port), Namespace: "default", Logger: quiet{}})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	c, err := client.Dial(client.Options{HostPort: addr, Namespace: "default", Logger: quiet{}})
 	if err != nil {
 		t.Fatalf("dialing the dev server: %v (its stderr: %s)", err, stderr.String())
 	}
 	t.Cleanup(c.Close)
-	return c
+	return c, addr
 }
 
 // quiet is a Temporal logger that keeps the test's output to the test.

@@ -85,7 +85,7 @@ func agentWorkflow(ctx workflow.Context, prompt string, attempts int32, schedule
 // Temporal, a transient one is, after the provider's Retry-After when it
 // gave one.
 func TestOnTheDevServer(t *testing.T) {
-	c := startDevServer(t)
+	c, _ := startDevServer(t)
 	for i, tt := range []struct {
 		name     string
 		fault    retracetest.Fault

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -27,7 +28,12 @@ import (
 	"github.com/retrace-go/retrace/session"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(workerEnv) != "" {
+		runCrashWorker() // a worker process of TestCrashResumeOnTwoWorkers
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // Each class of failure is handed to Temporal as an ApplicationError whose
 // type is the class, retryable only when retrying can help, with the
