@@ -122,7 +122,9 @@ func TestOnTheDevServer(t *testing.T) {
 			t.Cleanup(tc.Close)
 			queue := "agents-" + strconv.Itoa(i)
 			w := worker.New(tc, queue, worker.Options{
-				Interceptors: []interceptor.WorkerInterceptor{tracing, retracetemporal.NewInterceptor(retracetemporal.Config{
+				// Temporal's tracing interceptor, a client's, runs on its
+				// workers too.
+				Interceptors: []interceptor.WorkerInterceptor{retracetemporal.NewInterceptor(retracetemporal.Config{
 					Options: []middleware.Option{middleware.WithTracerProvider(tp)},
 				})},
 			})
