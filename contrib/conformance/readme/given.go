@@ -9,11 +9,15 @@ import (
 	"github.com/firebase/genkit/go/genkit"
 	"github.com/firebase/genkit/go/plugins/compat_oai"
 	"github.com/redis/go-redis/v9"
+	"go.temporal.io/sdk/client"
+	temporalotel "go.temporal.io/sdk/contrib/opentelemetry"
+	"go.temporal.io/sdk/worker"
 
 	retraceeino "github.com/retrace-go/retrace/contrib/eino"
 	retracegenkit "github.com/retrace-go/retrace/contrib/genkit"
 	retracemcp "github.com/retrace-go/retrace/contrib/mcp"
 	redisstate "github.com/retrace-go/retrace/contrib/redis"
+	retracetemporal "github.com/retrace-go/retrace/contrib/temporal"
 
 	"github.com/retrace-go/retrace/policies"
 	"github.com/retrace-go/retrace/session"
@@ -40,6 +44,7 @@ var (
 	taskID     string
 	handler    func(context.Context, Prompt) (Reply, error) // your model call
 	openaiCall func(context.Context, string) (string, error)
+	c          client.Client // a Temporal client
 )
 
 // The adapters the README's snippets use, required here so that the
@@ -53,4 +58,7 @@ var (
 	_ = adk.NewRunner
 	_ = compat_oai.OpenAICompatible{}
 	_ = einoopenai.NewChatModel
+	_ = retracetemporal.NewInterceptor
+	_ = temporalotel.NewTracingInterceptor
+	_ = worker.New
 )
