@@ -6,15 +6,16 @@
 #
 #   scripts/fuzz.sh                  every target, RETRACE_FUZZTIME each (default 30s)
 #   scripts/fuzz.sh -without-sdks    only the targets whose test binary needs no
-#                                    provider SDK (what CI explores)
+#                                    provider SDK (minutes less of compiling)
 #
 # A fuzzing build instruments every package of the test binary, the
 # standard library's included: a target whose tests import openai-go or
-# anthropic-sdk-go costs minutes of compiling before the first input, more
-# than CI's whole budget for fuzzing. CI runs their seed corpora and
-# committed regressions as tests (go test -race ./...), and explores the
-# others; run this script without the flag before a release, or after
-# touching a parser (the SSE decoder, ErrorFrom, the classifier).
+# anthropic-sdk-go costs minutes of compiling before the first input. CI
+# explores none of them (the fuzzing builds alone would cost minutes of its
+# 20): it runs every target's seed corpus and committed regressions as
+# tests (go test -race ./...). Run this script after touching a parser (the
+# SSE decoder, ErrorFrom, the classifier, the redaction scanner) and before
+# a release, and commit what it finds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
