@@ -79,6 +79,9 @@ func (cfg Config) ApplicationError(err error) error {
 			f.RetryAfter = e.RetryAfter
 		}
 	}
+	// The words of a rule or a server's code name no credential as a rule
+	// writes them, but a classifier of the user's may quote the error.
+	f.Reason, f.Code = policies.Redact(f.Reason, cfg.Secrets...), policies.Redact(f.Code, cfg.Secrets...)
 	if sc, ok := policies.TraceOf(err); ok {
 		f.TraceID = sc.TraceID().String()
 	}
