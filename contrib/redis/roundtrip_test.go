@@ -158,17 +158,7 @@ func measure(t testing.TB, addr string, c rtCase, calls int) rtResult {
 	for range calls {
 		_ = w.call(w.ctx)
 	}
-	stats := commandstats(t, admin)
-	r := rtResult{RoundTrips: float64(w.rt.n.Load()) / float64(calls), Stats: stats}
-	var cmds, wr int64
-	for name, n := range stats {
-		cmds += n
-		if writes[name] {
-			wr += n
-		}
-	}
-	r.Commands, r.Writes = float64(cmds)/float64(calls), float64(wr)/float64(calls)
-	return r
+	return perCall(commandstats(t, admin), w.rt.n.Load(), calls)
 }
 
 // measureGoBreaker is measure for gobreaker v2's distributed breaker.
@@ -185,8 +175,13 @@ func measureGoBreaker(t testing.TB, addr string, c rtCase, calls int) rtResult {
 	for range calls {
 		call()
 	}
-	stats := commandstats(t, admin)
-	r := rtResult{RoundTrips: float64(rt.n.Load()) / float64(calls), Stats: stats}
+	return perCall(commandstats(t, admin), rt.n.Load(), calls)
+}
+
+// perCall is what calls calls cost, per call: the round trips counted,
+// and the commands and writes Redis ran (stats).
+func perCall(stats map[string]int64, roundTrips int64, calls int) rtResult {
+	r := rtResult{RoundTrips: float64(roundTrips) / float64(calls), Stats: stats}
 	var cmds, wr int64
 	for name, n := range stats {
 		cmds += n
