@@ -49,7 +49,7 @@ import "github.com/redis/go-redis/v9"
 var script = redis.NewScript(`
 local fields = {'s', 'g', 'c', 'o', 'p', 'k', 'e', 'f', 'u', 'l'}
 local channel = ARGV[2]
-local cache, order = {}, {}
+local cache, order = {}, {} -- the breakers read this batch, by key, in the order first read
 
 -- load reads a breaker's hash once per batch. A field another program
 -- wrote, or a corrupt one (not a number; not a whole number in its range,
@@ -271,21 +271,15 @@ for i = 1, tonumber(ARGV[1]) do
     out[i] = {}
   else
     local r
+    -- A breaker's key is never a draw's or a ratio's (their names differ
+    -- by prefix), so the breakers' writes held back to the batch's end
+    -- are read by no other kind of step.
     if kind == 'b' then
       r = breakerStep(key, a)
+    elseif kind == 'd' then
+      r = drawStep(key, a)
     else
-      -- A breaker's changes this batch holds back reach its hash before
-      -- another kind of step reads the same key (no Store writes one so,
-      -- but a program's keys may).
-      if cache[key] or (prevKey and cache[prevKey]) then
-        flush()
-        cache, order = {}, {}
-      end
-      if kind == 'd' then
-        r = drawStep(key, a)
-      else
-        r = ratioStep(key, prevKey, a)
-      end
+      r = ratioStep(key, prevKey, a)
     end
     out[i] = r
     if gate then
