@@ -110,6 +110,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(selected) == 0 {
 		return fmt.Errorf("unknown scenario %q; want one of %s", o.scenario, strings.Join(names(), ", "))
 	}
+	for _, sc := range selected {
+		if sc.start != nil {
+			sc.start(d, ctx)
+		}
+	}
 	var results []result
 	for _, sc := range selected {
 		res, err := d.scenario(ctx, sc)
@@ -118,6 +123,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		if !o.json && !o.quiet {
 			fmt.Fprintf(stdout, "== %s: %s\n", sc.name, sc.about)
+			if res.Skipped != "" {
+				fmt.Fprintf(stdout, "not run: %s\n", res.Skipped)
+			}
 			if res.TraceID != "" {
 				if err := d.tree(stdout, res.TraceID); err != nil {
 					return err
@@ -172,6 +180,10 @@ func (d *demo) report(w io.Writer, results []result) error {
 		if r.TraceID == "" && len(r.traces) == 0 {
 			leaves, calls = "-", "-" // its spans are in its own processes
 		}
+		if r.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t not run\t %s\t\n", r.Scenario, r.Skipped)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t %s\t %s\t\n", r.Scenario, r.ProviderRequests, leaves, calls, check, r.Outcome, shorten(r.Diagnosis, 90))
 	}
 	if err := tw.Flush(); err != nil {
@@ -195,6 +207,10 @@ func (d *demo) report(w io.Writer, results []result) error {
 			}
 		case "crash-resume":
 			fmt.Fprintf(w, "\ncrash-resume: %s\n", r.Diagnosis)
+		case "temporal":
+			if err := reportTemporal(w, r); err != nil {
+				return err
+			}
 		}
 	}
 	if d.exporting {
