@@ -189,7 +189,18 @@ type RetryBudget struct {
 	key   string
 	local *state.Memory // this worker's window: without a State, or when it fails
 	last  atomic.Uint64 // math.Float64bits of the last retries/calls ratio seen
+	// held counts the calls whose records this worker holds back (with a
+	// state.Stepper), the first since heldSince (Unix ns): they travel
+	// with its next retry's ask, which records them before it asks, or
+	// with a call's record once holdCalls are held or a tenth of the window
+	// has passed. The fleet's count of calls then lags this worker's by no
+	// more, and a retry of this worker's never goes unseen by its own calls.
+	held      atomic.Int64
+	heldSince atomic.Int64
 }
+
+// holdCalls is how many call records a retry budget holds back at most.
+const holdCalls = 16
 
 // NewRetryBudget builds a retry budget (see [RetryBudgetConfig]).
 func NewRetryBudget(cfg RetryBudgetConfig) *RetryBudget {
@@ -251,7 +262,27 @@ func (b *RetryBudget) deferred(ctx context.Context, call bool) (engine.Deferred,
 	if b.cfg.State == nil {
 		return engine.Deferred{}, nil, false
 	}
-	op := state.RatioOp{Retry: !call, Now: b.cfg.Clock.Now(), Window: b.cfg.Window, Ratio: b.cfg.Ratio, MinRetries: b.cfg.MinRetries}
+	now := b.cfg.Clock.Now()
+	_, stepper := b.cfg.State.(state.Stepper)
+	if call && stepper && b.holds(now) {
+		// Held back: counted once the call passed the breaker (a refused
+		// one is dropped, never made), sent with a later step.
+		d := engine.Deferred{State: b.cfg.State, Call: true, Done: func(r state.StepResult, err error) {
+			if !r.Skipped && b.held.Add(1) == 1 {
+				b.heldSince.Store(now.UnixNano())
+			}
+		}}
+		return d, func() (bool, state.Use) { return true, state.Use{Policy: state.PolicyBudget, Shared: true} }, true
+	}
+	op := state.RatioOp{Retry: !call, Now: now, Window: b.cfg.Window, Ratio: b.cfg.Ratio, MinRetries: b.cfg.MinRetries}
+	var carried int64
+	if stepper {
+		carried = b.held.Swap(0)
+	}
+	op.Calls = int(carried)
+	if call {
+		op.Calls++
+	}
 	var ok bool
 	var use state.Use
 	d := engine.Deferred{State: b.cfg.State, Step: state.Step{Key: b.key, Ratio: &op, Gate: !call}, Call: call,
@@ -263,7 +294,9 @@ func (b *RetryBudget) deferred(ctx context.Context, call bool) (engine.Deferred,
 				ok, use = v.OK, state.Use{Policy: state.PolicyBudget, Degraded: err}
 			case r.Skipped:
 				// Not made: a gate before it stopped the retry, or the
-				// call was refused before it reached anything.
+				// call was refused before it reached anything. The calls
+				// it carried are held again.
+				b.held.Add(carried)
 				ok, use = false, state.Use{Policy: state.PolicyBudget, Shared: true}
 			default:
 				b.seen(r.Ratio)
@@ -271,6 +304,14 @@ func (b *RetryBudget) deferred(ctx context.Context, call bool) (engine.Deferred,
 			}
 		}}
 	return d, func() (bool, state.Use) { return ok, use }, true
+}
+
+// holds reports whether a call's record at now may be held back: fewer
+// than holdCalls are, and the first of them is less than a tenth of the
+// window old.
+func (b *RetryBudget) holds(now time.Time) bool {
+	n := b.held.Load()
+	return n+1 < holdCalls && (n == 0 || now.Sub(time.Unix(0, b.heldSince.Load())) < b.cfg.Window/10)
 }
 
 func (b *RetryBudget) seen(v state.RatioView) {

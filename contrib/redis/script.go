@@ -33,7 +33,8 @@ import "github.com/redis/go-redis/v9"
 // half-open probes, 6 success threshold, 7 TTL (ms), 8 the permit's
 // generation, 9 '1' if the permit is a probe, 10 how the call counts (0
 // ignore, 1 fail, 2 success), 11 the state to set, 12 failure rate (0: off),
-// 13 minimum calls, 14 the current bucket, 15 probe lease (µs).
+// 13 minimum calls, 14 the current bucket, 15 probe lease (µs), 16 how
+// many ends alike a record step records (state.BreakerOp.N, at least 1).
 //
 // A draw step takes one unit of a count under its limit (1), the count
 // expiring after 2 (ms). A count that is not a whole number of at least 0
@@ -44,8 +45,10 @@ import "github.com/redis/go-redis/v9"
 // current window's hash (q calls, r retries), weighing the previous
 // window's by 1, the part of it still inside the sliding window; a retry
 // is allowed while retries stay within max(4, 3 × calls). 5 is the
-// window's expiry (ms), set when its first write makes it. A refused retry
-// writes nothing.
+// window's expiry (ms), set when its first write makes it; 6 the calls the
+// step records first (state.RatioOp.Calls: at least 1 for a call's record,
+// those held back with a retry's ask). A refused retry writes nothing but
+// those calls.
 var script = redis.NewScript(`
 local fields = {'s', 'g', 'c', 'o', 'p', 'k', 'e', 'f', 'u', 'l'}
 local channel = ARGV[2]
@@ -171,9 +174,10 @@ local function breakerStep(key, a)
       granted, isProbe = 1, 1
     end
   elseif kind == 'r' or kind == 'c' then
-    local gen, probe = tonumber(ARGV[a + 8]), ARGV[a + 9] == '1'
-    if kind == 'c' then gen, probe = g, (s == 2 and p > 0) end
-    if gen == g then
+    for _ = 1, tonumber(ARGV[a + 16]) do
+      local gen, probe = tonumber(ARGV[a + 8]), ARGV[a + 9] == '1'
+      if kind == 'c' then gen, probe = g, (s == 2 and p > 0) end
+      if gen ~= g then break end -- granted in a state the breaker has left
       local count, rate = tonumber(ARGV[a + 10]), tonumber(ARGV[a + 12])
       if probe and p > 0 then p = p - 1 end
       if count == 1 then
@@ -234,25 +238,28 @@ end
 local function ratioStep(key, prevKey, a)
   local cur = redis.call('HMGET', key, 'q', 'r')
   local prev = redis.call('HMGET', prevKey, 'q', 'r')
-  local weight = tonumber(ARGV[a + 1])
+  local weight, n = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6])
   local calls = (tonumber(cur[1]) or 0) + (tonumber(prev[1]) or 0) * weight
   local retries = (tonumber(cur[2]) or 0) + (tonumber(prev[2]) or 0) * weight
+  local ok, wrote = 1, false
+  if n > 0 then
+    redis.call('HINCRBY', key, 'q', n)
+    calls, wrote = calls + n, true
+  end
   if ARGV[a + 2] == '1' then
     if retries + 1 > math.max(tonumber(ARGV[a + 4]), tonumber(ARGV[a + 3]) * calls) then
-      return {0, tostring(calls), tostring(retries)}
+      ok = 0 -- a refused retry writes nothing but the calls it carries
+    else
+      redis.call('HINCRBY', key, 'r', 1)
+      retries, wrote = retries + 1, true
     end
-    redis.call('HINCRBY', key, 'r', 1)
-    retries = retries + 1
-  else
-    redis.call('HINCRBY', key, 'q', 1)
-    calls = calls + 1
   end
-  if not cur[1] and not cur[2] then
+  if wrote and not cur[1] and not cur[2] then
     -- A window's hash is made by its first write: its expiry, from then,
     -- outlasts the window and the next, in which it is the previous one.
     redis.call('PEXPIRE', key, ARGV[a + 5])
   end
-  return {1, tostring(calls), tostring(retries)}
+  return {ok, tostring(calls), tostring(retries)}
 end
 
 local out, ai, ki, stopped = {}, 3, 1, false

@@ -227,11 +227,19 @@ func (s *Store) breakerArgs(op state.BreakerOp) ([]any, error) {
 	if op.Probe {
 		probe = "1"
 	}
+	n := max(op.N, 1)
+	if n > maxEnds {
+		return nil, fmt.Errorf("redisstate: a record of %d ends, more than %d in one step", op.N, maxEnds)
+	}
 	return []any{kind, op.Now.UnixMicro(),
 		op.FailureThreshold, op.Delay.Microseconds(), op.HalfOpenProbes, op.SuccessThreshold, ttlMs(op.TTL),
 		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
-		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds()}, nil
+		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds(), n}, nil
 }
+
+// maxEnds bounds state.BreakerOp.N: a record step's ends are a loop of the
+// script, which holds Redis's one thread while it runs.
+const maxEnds = 1 << 16
 
 func breakerView(res []any) (state.BreakerView, error) {
 	n, err := ints(res, 10)
@@ -274,12 +282,12 @@ func (s *Store) Ratio(ctx context.Context, key string, op state.RatioOp) (state.
 func (s *Store) ratioStep(key string, op state.RatioOp) ([]string, []any) {
 	idx, into := state.RatioWindow(op.Now, op.Window)
 	base := s.key("{" + s.family(key) + "}:" + key + ":")
-	retry := "0"
+	retry, calls := "0", max(op.Calls, 1)
 	if op.Retry {
-		retry = "1"
+		retry, calls = "1", max(op.Calls, 0)
 	}
 	return []string{base + strconv.FormatInt(idx, 10), base + strconv.FormatInt(idx-1, 10)},
-		[]any{strconv.FormatFloat(1-into, 'g', -1, 64), retry, strconv.FormatFloat(op.Ratio, 'g', -1, 64), op.MinRetries, ttlMs(3 * op.Window)}
+		[]any{strconv.FormatFloat(1-into, 'g', -1, 64), retry, strconv.FormatFloat(op.Ratio, 'g', -1, 64), op.MinRetries, ttlMs(3 * op.Window), calls}
 }
 
 func ratioView(res []any) (state.RatioView, error) {

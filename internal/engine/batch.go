@@ -24,6 +24,14 @@ type Deferred struct {
 	Done func(r state.StepResult, err error)
 }
 
+// Held reports whether d is a step of no kind: a call's record that its
+// owner holds back, to send with a later step of its own. It travels with
+// the call like any other (a breaker that refuses the call drops it) and
+// its Done is told when a batch would have carried it.
+func (d Deferred) Held() bool {
+	return d.Step.Breaker == nil && d.Step.Draw == nil && d.Step.Ratio == nil
+}
+
 // Pending holds the deferred steps of one call through a retry loop: the
 // record of the call, the failure of its last attempt. The loop's next
 // step on the same State (the breaker's acquire, the budgets' draw) takes
@@ -71,6 +79,29 @@ func (p *Pending) take(st state.State) []Deferred {
 	return out
 }
 
+// settleHeld tells the held steps (see [Deferred.Held]) that they went,
+// and removes them: their owners count them now, so that a step of theirs
+// made next carries them.
+func (p *Pending) settleHeld() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	var held, keep []Deferred
+	for _, d := range p.steps {
+		if d.Held() {
+			held = append(held, d)
+		} else {
+			keep = append(keep, d)
+		}
+	}
+	p.steps = keep
+	p.mu.Unlock()
+	for _, d := range held {
+		d.Done(state.StepResult{}, nil)
+	}
+}
+
 // drop tells the call records on st that the call was never made.
 func (p *Pending) drop(st state.State) {
 	if p == nil {
@@ -110,8 +141,18 @@ func (p *Pending) flush(ctx context.Context) {
 }
 
 // run makes ds on st: in one batch if st is a state.Stepper, else one by
-// one. Each step's Done is told how it went.
+// one. Each step's Done is told how it went; a step of no kind (a record
+// its owner holds back, see [Deferred.Held]) is not sent, and told it went.
 func run(ctx context.Context, st state.State, ds []Deferred) {
+	sent := ds[:0:0]
+	for _, d := range ds {
+		if d.Held() {
+			d.Done(state.StepResult{}, nil)
+		} else {
+			sent = append(sent, d)
+		}
+	}
+	ds = sent
 	if len(ds) == 0 {
 		return
 	}

@@ -193,3 +193,72 @@ func TestLeaseWhileClosed(t *testing.T) {
 	call(false)
 	require.Equal(t, before+1, st.trips.Load())
 }
+
+// logging is counting that keeps each batch's steps.
+type logging struct {
+	counting
+	batches [][]state.Step
+}
+
+func (l *logging) Steps(ctx context.Context, steps []state.Step) ([]state.StepResult, error) {
+	l.batches = append(l.batches, append([]state.Step(nil), steps...))
+	return l.counting.Steps(ctx, steps)
+}
+
+// The successes of closed calls are held back: an admit carries them as
+// one record step once 16 are held, or a tenth of the cool-down after the
+// first; until then an admit is the acquire alone. A failure carries the
+// successes before it first, so the State sees a worker's ends in order:
+// failures between successes never add up to the threshold.
+func TestSuccessesHeldBack(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	st := &logging{counting: counting{Memory: state.NewMemory()}}
+	lim := limits(st, clk)
+	lim.FailureThreshold = 2
+	b := engine.NewBreaker(lim)
+	r := &engine.Retry{MaxAttempts: 1}
+	call := func(fail bool) {
+		engine.Do[int](context.Background(), r, clk, &through{b: b, fails: func(int) bool { return fail }})
+	}
+	for range 16 {
+		call(false)
+	}
+	require.Len(t, st.batches, 16)
+	for i, batch := range st.batches {
+		require.Len(t, batch, 1, "admit %d: the acquire alone", i)
+		require.Equal(t, state.BreakerAcquire, batch[0].Breaker.Kind)
+	}
+	e, _, _ := b.Counts()
+	require.Zero(t, e, "the State has seen no end yet")
+	call(false)
+	carried := st.batches[16]
+	require.Len(t, carried, 2, "the 17th admit carries the 16 held")
+	require.Equal(t, state.BreakerRecord, carried[0].Breaker.Kind)
+	require.Equal(t, state.Success, carried[0].Breaker.Count)
+	require.Equal(t, 16, carried[0].Breaker.N)
+	e, _, s := b.Counts()
+	require.Equal(t, []uint{16, 16}, []uint{e, s})
+
+	// In time: a tenth of the cool-down after the first held success.
+	call(false)
+	require.Len(t, st.batches[len(st.batches)-1], 1)
+	clk.Advance(lim.Delay / 10)
+	call(false)
+	last := st.batches[len(st.batches)-1]
+	require.Len(t, last, 2, "the first held success is 6 s old")
+	require.Equal(t, 2, last[0].Breaker.N, "the 17th call's success and the 18th's")
+
+	// Failures between successes, threshold 2: in order, the breaker
+	// never sees two in a row.
+	for range 10 {
+		call(true)
+		call(false)
+		call(false)
+	}
+	require.Equal(t, circuitbreaker.ClosedState, b.State())
+	_, f, _ := b.Counts()
+	require.Equal(t, uint(10), f, "every failure reached the State")
+	call(true)
+	call(true)
+	require.Equal(t, circuitbreaker.OpenState, b.State(), "two in a row open it")
+}

@@ -65,11 +65,20 @@ type Breaker struct {
 	view     state.BreakerView
 	viewed   bool // a step on the shared State has answered
 	degraded bool
-	// pending are the ends of calls that succeeded while the breaker was
-	// closed, not yet sent: they travel in front of this worker's next
-	// step on the shared State (a state.Stepper), so that no call waits
-	// for its success to be recorded.
+	// pending are steps of this worker's not yet sent (a leased call's
+	// records, the successes of a generation left behind): they travel in
+	// front of its next step on the shared State (a state.Stepper).
 	pending []Deferred
+	// held counts the successes of closed calls of generation heldGen not
+	// yet sent (the last at heldAt), one record step of heldN ends: no call
+	// waits for its success to be recorded, and an admit carries them only
+	// once holdEnds are held or holdFor has passed since the first
+	// (heldSince), so that most admits are the acquire alone. A step that is
+	// not an admit (a failure's, a probe's) carries them first, so that the
+	// store sees this worker's ends in the order they came.
+	heldN             int
+	heldGen           uint64
+	heldSince, heldAt time.Time
 	// lease: the calls this worker may still grant itself while the
 	// shared record stays closed in generation leaseGen, until leaseUntil.
 	leaseLeft  int
@@ -177,7 +186,7 @@ func (b *Breaker) AcquireWith(pend *Pending, clk clock.Clock) (Permit, bool) {
 	if _, ok := b.lim.State.(state.Stepper); ok {
 		op := b.settings(state.BreakerOp{Kind: state.BreakerAcquire})
 		op.Now = now
-		v, err := b.batch(pend.take(b.lim.State), &op)
+		v, err := b.batch(pend.take(b.lim.State), &op, b.carryHeld(now))
 		if err != nil {
 			p, ok := b.acquireLocal(clk)
 			p.use = state.Use{Policy: state.PolicyBreaker, Degraded: err}
@@ -265,21 +274,54 @@ func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView
 	op = b.settings(op)
 	op.Now = b.clock(clk).Now()
 	if _, ok := b.lim.State.(state.Stepper); ok {
-		return b.batch(nil, &op)
+		return b.batch(nil, &op, true)
 	}
 	v, err := b.lim.State.Breaker(stateCtx(), b.lim.Key, op)
 	b.answered(v, err)
 	return v, err
 }
 
-// batch makes, in one batch on the shared State (a state.Stepper), the
-// successes not yet sent, the steps before (a call's pending ones), and
-// op (if not nil), and returns op's answer. A success whose batch failed
-// is recorded locally, as a failed Record's is.
-func (b *Breaker) batch(before []Deferred, op *state.BreakerOp) (state.BreakerView, error) {
+// holdEnds is how many successes a breaker holds back at most before an
+// admit carries them; holdFor (a tenth of the cool-down, at most a second)
+// how long: the fleet's record then lags this worker's by no more.
+const holdEnds = 16
+
+func (b *Breaker) holdFor() time.Duration { return min(b.lim.Delay/10, time.Second) }
+
+// carryHeld reports whether an admit at now carries the successes held
+// back: once holdEnds are held or holdFor has passed, always with a failure
+// rate (whose window must see the successes beside the failures, not in a
+// burst after them), and with a lease (its ask carries the leased calls'
+// records).
+func (b *Breaker) carryHeld(now time.Time) bool {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.heldN > 0 && (b.heldN >= holdEnds || now.Sub(b.heldSince) >= b.holdFor() || b.lim.FailureRate > 0 || b.lim.LeaseCalls > 0)
+}
+
+// takeOwn removes and returns this worker's steps not yet sent: the
+// pending ones, then, if held, the successes held back as one step. b.mu
+// is held.
+func (b *Breaker) takeOwn(held bool) []Deferred {
 	own := b.pending
 	b.pending = nil
+	if held && b.heldN > 0 {
+		op := b.settings(state.BreakerOp{Kind: state.BreakerRecord, Gen: b.heldGen, Count: state.Success, N: b.heldN})
+		op.Now = b.heldAt
+		own = append(own, b.deferRecord(op, false))
+		b.heldN = 0
+	}
+	return own
+}
+
+// batch makes, in one batch on the shared State (a state.Stepper), this
+// worker's steps not yet sent (the successes held back too if held), the
+// steps before (a call's pending ones), and op (if not nil), and returns
+// op's answer. A success whose batch failed is recorded locally, as a
+// failed Record's is.
+func (b *Breaker) batch(before []Deferred, op *state.BreakerOp, held bool) (state.BreakerView, error) {
+	b.mu.Lock()
+	own := b.takeOwn(held)
 	b.mu.Unlock()
 	ds := make([]Deferred, 0, len(own)+len(before)+1)
 	ds = append(ds, own...)
@@ -305,7 +347,7 @@ func (b *Breaker) deferRecord(op state.BreakerOp, gate bool) Deferred {
 		}
 		b.answered(r.Breaker, err)
 		if err != nil {
-			b.local(state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: op.Count}, nil)
+			b.local(state.BreakerOp{Kind: state.BreakerRecordCurrent, Count: op.Count, N: op.N}, nil)
 		}
 	}}
 }
@@ -345,8 +387,9 @@ func (b *Breaker) Record(p Permit, c state.Count, clk clock.Clock) error {
 	return nil
 }
 
-// maxPending bounds the successes a breaker holds back: past it, the next
-// one is sent at once with them.
+// maxPending bounds the steps a breaker holds back, its successes
+// included: past it, they are sent at once (an admit carries them long
+// before, unless the calls stop acquiring).
 const maxPending = 64
 
 // RecordWith is Record for an attempt of a call whose steps on the shared
@@ -366,25 +409,41 @@ func (b *Breaker) RecordWith(pend *Pending, p Permit, c state.Count, clk clock.C
 	case state.Ignore:
 		return nil // neither a failure nor a success, and no probe slot to free
 	case state.Success:
-		op.Now = b.clock(clk).Now()
+		now := b.clock(clk).Now()
 		b.mu.Lock()
-		b.pending = append(b.pending, b.deferRecord(op, false))
-		full := len(b.pending) >= maxPending
+		if b.heldN > 0 && b.heldGen != p.gen {
+			// Another generation's: those held go as they are, first.
+			b.pending = append(b.pending, b.takeOwn(true)...)
+		}
+		if b.heldN == 0 {
+			b.heldGen, b.heldSince = p.gen, now
+		}
+		b.heldN++
+		b.heldAt = now
+		full := b.heldN+len(b.pending) >= maxPending
 		b.mu.Unlock()
 		if !full {
 			return nil
 		}
-		_, err := b.batch(nil, nil)
+		_, err := b.batch(nil, nil, true)
 		return err
 	}
 	// A failure ends the lease: the next call asks.
 	b.mu.Lock()
 	b.leaseLeft = 0
+	var own []Deferred
+	if pend != nil {
+		// This worker's ends before the failure go in front of it.
+		own = b.takeOwn(true)
+	}
 	b.mu.Unlock()
 	if pend == nil {
 		return b.Record(p, c, clk)
 	}
 	op.Now = b.clock(clk).Now()
+	for _, d := range own {
+		pend.Add(d)
+	}
 	pend.Add(b.deferRecord(op, true))
 	return nil
 }

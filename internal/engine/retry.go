@@ -276,6 +276,8 @@ func refuse(g Gate) (Decision, bool) {
 func (r *Retry) drawBatched(ctx context.Context, pend *Pending) []func() (bool, state.Use) {
 	yes := func() (bool, state.Use) { return true, state.Use{} }
 	decided := []func() (bool, state.Use){yes, yes}
+	// The call's held records count first: the retry's ask carries them.
+	pend.settleHeld()
 	var ds []Deferred
 	var st state.State
 	same := true

@@ -109,54 +109,8 @@ func (r *BreakerEntry) Apply(op BreakerOp) BreakerView {
 			}
 		}
 	case BreakerRecord, BreakerRecordCurrent:
-		gen, probe := op.Gen, op.Probe
-		if op.Kind == BreakerRecordCurrent {
-			gen, probe = r.Gen, r.State == circuitbreaker.HalfOpenState && r.Probes > 0
-		}
-		if gen != r.Gen {
-			break // granted in a state the breaker has left
-		}
-		if probe && r.Probes > 0 {
-			// A slot freed once stays freed: the end of a call that
-			// holds no permit may have freed this one's already.
-			r.Probes--
-		}
-		switch op.Count {
-		case Fail:
-			r.Executions++
-			r.Failures++
-			switch r.State {
-			case circuitbreaker.ClosedState:
-				if op.FailureRate > 0 {
-					idx := RateBucket(op.Now, op.Window)
-					r.Window.Add(idx, true)
-					if calls, failures := r.Window.Sum(idx); RateOpens(calls, failures, op.FailureRate, op.MinimumCalls) {
-						transition(circuitbreaker.OpenState)
-					}
-					break
-				}
-				r.Consecutive++
-				if r.Consecutive >= op.FailureThreshold {
-					transition(circuitbreaker.OpenState)
-				}
-			case circuitbreaker.HalfOpenState:
-				transition(circuitbreaker.OpenState)
-			}
-		case Success:
-			r.Executions++
-			r.Successes++
-			switch r.State {
-			case circuitbreaker.ClosedState:
-				r.Consecutive = 0
-				if op.FailureRate > 0 {
-					r.Window.Add(RateBucket(op.Now, op.Window), false)
-				}
-			case circuitbreaker.HalfOpenState:
-				r.ProbeOK++
-				if r.ProbeOK >= op.SuccessThreshold {
-					transition(circuitbreaker.ClosedState)
-				}
-			}
+		for range max(op.N, 1) {
+			r.record(op, transition)
 		}
 	case BreakerSet:
 		transition(op.To)
@@ -167,6 +121,59 @@ func (r *BreakerEntry) Apply(op BreakerOp) BreakerView {
 	v.State, v.Gen, v.OpenedAt = r.State, r.Gen, r.OpenedAt
 	v.Executions, v.Failures, v.Successes = r.Executions, r.Failures, r.Successes
 	return v
+}
+
+// record makes one end of op's record step: one of its N.
+func (r *BreakerEntry) record(op BreakerOp, transition func(circuitbreaker.State)) {
+	gen, probe := op.Gen, op.Probe
+	if op.Kind == BreakerRecordCurrent {
+		gen, probe = r.Gen, r.State == circuitbreaker.HalfOpenState && r.Probes > 0
+	}
+	if gen != r.Gen {
+		return // granted in a state the breaker has left
+	}
+	if probe && r.Probes > 0 {
+		// A slot freed once stays freed: the end of a call that
+		// holds no permit may have freed this one's already.
+		r.Probes--
+	}
+	switch op.Count {
+	case Fail:
+		r.Executions++
+		r.Failures++
+		switch r.State {
+		case circuitbreaker.ClosedState:
+			if op.FailureRate > 0 {
+				idx := RateBucket(op.Now, op.Window)
+				r.Window.Add(idx, true)
+				if calls, failures := r.Window.Sum(idx); RateOpens(calls, failures, op.FailureRate, op.MinimumCalls) {
+					transition(circuitbreaker.OpenState)
+				}
+				break
+			}
+			r.Consecutive++
+			if r.Consecutive >= op.FailureThreshold {
+				transition(circuitbreaker.OpenState)
+			}
+		case circuitbreaker.HalfOpenState:
+			transition(circuitbreaker.OpenState)
+		}
+	case Success:
+		r.Executions++
+		r.Successes++
+		switch r.State {
+		case circuitbreaker.ClosedState:
+			r.Consecutive = 0
+			if op.FailureRate > 0 {
+				r.Window.Add(RateBucket(op.Now, op.Window), false)
+			}
+		case circuitbreaker.HalfOpenState:
+			r.ProbeOK++
+			if r.ProbeOK >= op.SuccessThreshold {
+				transition(circuitbreaker.ClosedState)
+			}
+		}
+	}
 }
 
 // RateWindow counts a closed breaker's calls and Transient failures in
@@ -252,16 +259,24 @@ func (r *RatioEntry) Apply(op RatioOp) RatioView {
 	weight := 1 - into
 	calls, retries := r.Calls+r.PrevCalls*weight, r.Retries+r.PrevRetries*weight
 	v := RatioView{OK: true}
+	n := float64(op.Calls)
+	if !op.Retry {
+		n = float64(max(op.Calls, 1))
+	}
+	r.Calls += n
+	calls += n
 	switch {
 	case !op.Retry:
-		r.Calls++
-		calls++
 	case RatioAllows(calls, retries, op.Ratio, op.MinRetries):
 		r.Retries++
 		retries++
 	default:
-		// A refused retry counts nothing, and writes nothing.
+		// A refused retry counts nothing, and writes nothing but the calls
+		// it carries.
 		v.OK = false
+		if n > 0 {
+			r.Expires = op.Now.Add(2 * op.Window)
+		}
 		v.Calls, v.Retries = calls, retries
 		return v
 	}

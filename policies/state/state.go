@@ -97,6 +97,10 @@ type BreakerOp struct {
 	Probe bool                 // BreakerRecord: the permit holds a probe slot
 	Count Count                // BreakerRecord, BreakerRecordCurrent: how the call ended
 	To    circuitbreaker.State // BreakerSet
+	// N (BreakerRecord, BreakerRecordCurrent) is how many ends alike the
+	// step records, as N steps one after the other would; 0 → 1. A worker
+	// sends the successes it held back as one step.
+	N int
 }
 
 // BreakerView is a shared breaker as a step left it.
@@ -121,7 +125,12 @@ type DrawView struct {
 // RatioOp is one step of a sliding-window retry ratio: at most Ratio retries
 // per call over the last Window (and at least MinRetries however few calls).
 type RatioOp struct {
-	Retry      bool // false: record a call; true: ask for a retry
+	Retry bool // false: record a call; true: ask for a retry
+	// Calls is how many calls the step records: without Retry 0 → 1; with
+	// Retry, the calls are recorded before the retry is asked for, and
+	// even when it is refused (a worker's records held back, sent with its
+	// next ask).
+	Calls      int
 	Now        time.Time
 	Window     time.Duration
 	Ratio      float64

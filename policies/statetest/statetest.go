@@ -303,6 +303,39 @@ func ratio(t *testing.T, s state.State) {
 	v = try(false)
 	require.InDelta(t, 1, v.Calls, 1e-9)
 	require.InDelta(t, 0, v.Retries, 1e-9)
+
+	// Calls held back travel with a step: a record of several, and a
+	// retry's ask, which records them first, even when it is refused.
+	o.Now, o.Retry, o.Calls = at.Add(80*time.Second), false, 3
+	v, err := s.Ratio(ctx, "retry:r", o)
+	require.NoError(t, err)
+	require.True(t, v.OK)
+	require.InDelta(t, 3, v.Calls, 1e-9, "one step, three calls")
+	o.Retry, o.Calls = true, 2
+	for range 2 {
+		v, err = s.Ratio(ctx, "retry:r", o)
+		require.NoError(t, err)
+		require.True(t, v.OK)
+	}
+	require.InDelta(t, 7, v.Calls, 1e-9)
+	require.InDelta(t, 2, v.Retries, 1e-9)
+	o.Calls = 1
+	v, err = s.Ratio(ctx, "retry:r", o)
+	require.NoError(t, err)
+	require.True(t, v.OK, "3 retries ≤ 0.5 × 8 calls")
+	o.Calls = 0
+	v, err = s.Ratio(ctx, "retry:r", o)
+	require.NoError(t, err)
+	require.True(t, v.OK, "4 retries ≤ 0.5 × 8 calls")
+	v, err = s.Ratio(ctx, "retry:r", o)
+	require.NoError(t, err)
+	require.False(t, v.OK, "5 retries > 0.5 × 8 calls")
+	o.Calls = 1
+	v, err = s.Ratio(ctx, "retry:r", o)
+	require.NoError(t, err)
+	require.False(t, v.OK, "5 retries > 0.5 × 9 calls")
+	require.InDelta(t, 9, v.Calls, 1e-9, "a refused retry still records the calls it carries")
+	require.InDelta(t, 4, v.Retries, 1e-9)
 }
 
 func separateKeys(t *testing.T, s state.State) {
@@ -517,10 +550,12 @@ func randomSteps(t *testing.T, s state.State) {
 				p := held[k]
 				held = append(held[:k], held[k+1:]...)
 				o.Kind, o.Gen, o.Probe, o.Count = state.BreakerRecord, p.Gen, p.Probe, counts[rng.IntN(len(counts))]
-				what = fmt.Sprintf("record gen %d probe %v count %d", p.Gen, p.Probe, o.Count)
+				o.N = ends(rng)
+				what = fmt.Sprintf("record gen %d probe %v count %d ×%d", p.Gen, p.Probe, o.Count, o.N)
 			case r < 9:
 				o.Kind, o.Count = state.BreakerRecordCurrent, counts[rng.IntN(len(counts))]
-				what = fmt.Sprintf("record current count %d", o.Count)
+				o.N = ends(rng)
+				what = fmt.Sprintf("record current count %d ×%d", o.Count, o.N)
 			default:
 				o.Kind, o.To = state.BreakerSet, states[rng.IntN(len(states))]
 				what = fmt.Sprintf("set %v", o.To)
@@ -535,6 +570,15 @@ func randomSteps(t *testing.T, s state.State) {
 			}
 		}
 	}
+}
+
+// ends is a record step's N: mostly 0 (one end), else up to 4 ends alike,
+// as a worker sends the successes it held back.
+func ends(rng *rand.Rand) int {
+	if rng.IntN(3) > 0 {
+		return 0
+	}
+	return 1 + rng.IntN(4)
 }
 
 // view is what a breaker step answers, its time in milliseconds; a breaker

@@ -76,12 +76,13 @@ func batchAsSteps(t *testing.T, s state.Stepper) {
 			case r == 0:
 				steps = append(steps, state.Step{Key: "task:batch", Draw: &state.DrawOp{Limit: 20, TTL: time.Hour}})
 			case r == 1:
-				steps = append(steps, state.Step{Key: "retry:batch", Ratio: &state.RatioOp{Retry: rng.IntN(2) == 0, Now: now, Window: time.Minute, Ratio: 0.5, MinRetries: 1}})
+				steps = append(steps, state.Step{Key: "retry:batch", Ratio: &state.RatioOp{Retry: rng.IntN(2) == 0, Calls: rng.IntN(3), Now: now, Window: time.Minute, Ratio: 0.5, MinRetries: 1}})
 			case r == 2 && len(held) > 0:
 				o := op(state.BreakerRecord, now)
 				p := held[0]
 				held = held[1:]
 				o.Gen, o.Probe, o.Count = p.Gen, p.Probe, []state.Count{state.Fail, state.Success}[rng.IntN(2)]
+				o.N = ends(rng)
 				steps = append(steps, state.Step{Key: "breaker:batch", Breaker: &o})
 			default:
 				o := op(state.BreakerAcquire, now)
