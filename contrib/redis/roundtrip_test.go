@@ -202,19 +202,20 @@ func TestRoundTripsPerCall(t *testing.T) {
 	// 3.00 round trips, 13.00 commands, 6.00 writes per call; refusal
 	// 2.00, 9.00, 4.00; one call in ten failing once 3.40, 14.70, 6.80.
 	want := map[string]struct{ rt, writes float64 }{
-		// The acquire, with the rate budget's record of the call and the
-		// success of the call before it.
-		"success": {1, 4},
+		// The acquire; every 16th carries the 16 successes held back and
+		// the rate budget's record of 16 calls (3 writes: the breaker's
+		// fields and expiry, the window's count).
+		"success": {1, 0.25},
 		// The breaker refuses itself until its cool-down ends.
 		"refusal": {0, 0},
-		// A failure adds one batch: its record, the task's draw, the
-		// rate budget's retry; and the retry's acquire.
-		"fail10": {1.2, 4.6},
-		// One ask, carrying the leased calls' records, per lease: as
-		// many writes as without, fewer round trips.
-		"success-lease": {0.1, 4},
+		// A failure adds one batch: the successes before it, its record,
+		// the task's draw, the rate budget's retry carrying the calls held
+		// back; and the retry's acquire.
+		"fail10": {1.2, 0.7},
+		// One ask, carrying the leased calls' records, per lease.
+		"success-lease": {0.1, 0.3},
 		// A failure ends the lease: its batch, and the retry's ask.
-		"fail10-lease": {0.2, 4.6},
+		"fail10-lease": {0.2, 0.7},
 	}
 	for _, c := range rtCases {
 		if c.lease == 0 {
