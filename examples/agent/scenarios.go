@@ -142,5 +142,10 @@ func scenarios() []scenario {
 			about:  "8 workers against a provider that is down: a breaker each costs every worker its own 5 failures and probes; one breaker shared through a State (memory, or Redis at REDIS_ADDR) costs the fleet 5 and one probe per cool-down",
 			custom: (*demo).fleet,
 		},
+		{
+			name:   "state-down",
+			about:  "the fleet's task during the outage with the store its workers share down too: the shared breaker and the task's budget of 6 retries decide on each worker's local state (degraded), and the budget refuses every retry past the sixth",
+			custom: (*demo).stateDown,
+		},
 	}
 }
