@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path"
@@ -73,10 +74,8 @@ func (c compose) mounts(t *testing.T, service string) map[string]string {
 func TestComposeFile(t *testing.T) {
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
-	raw, err := os.ReadFile(filepath.Join(root, "docker-compose.otel.yml"))
-	require.NoError(t, err)
 	var c compose
-	require.NoError(t, yaml.Unmarshal(raw, &c))
+	readYAML(t, filepath.Join(root, "docker-compose.otel.yml"), &c)
 	require.ElementsMatch(t, []string{"jaeger", "otel-collector", "prometheus", "grafana"}, keys(c.Services))
 
 	jaeger := c.Services["jaeger"]
@@ -207,6 +206,31 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 	assert.Positive(t, exemplars, "some panels show exemplars")
+}
+
+// The compose file's Prometheus config, as the container reads it, passes
+// promtool check config, which loads the rule files it names: each path in
+// the container is replaced by the repository's file mounted there.
+func TestComposePrometheusConfig(t *testing.T) {
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	_, promtool := prometheusTools(t)
+	var c compose
+	readYAML(t, filepath.Join(root, "docker-compose.otel.yml"), &c)
+	mounts := c.mounts(t, "prometheus")
+	raw, err := os.ReadFile(filepath.Join(root, mounts["/etc/prometheus/prometheus.yml"]))
+	require.NoError(t, err)
+	var pairs []string
+	for ctr, host := range mounts {
+		pairs = append(pairs, ctr, filepath.Join(root, host))
+	}
+	cfg := filepath.Join(t.TempDir(), "prometheus.yml")
+	require.NoError(t, os.WriteFile(cfg, []byte(strings.NewReplacer(pairs...).Replace(string(raw))), 0o644))
+	out, err := exec.Command(promtool, "check", "config", cfg).CombinedOutput()
+	require.NoError(t, err, "promtool check config: %s", out)
+	assert.Contains(t, string(out), fmt.Sprintf("SUCCESS: %d rules found", len(ruleNames(t, filepath.Join(root, alertRules)))),
+		"the rules, loaded from where the config names them")
+	t.Logf("promtool check config (the compose file's Prometheus):\n%s", out)
 }
 
 // The collector config: memory_limiter first in every pipeline, the
