@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
@@ -121,10 +120,10 @@ func (a *activityInbound) ExecuteActivity(ctx context.Context, in *interceptor.E
 		}
 	}
 	ctx = middleware.WithCallAttributes(ctx,
-		attribute.Int("temporal.activity.attempt", int(info.Attempt)),
-		attribute.String("temporal.activity.type", info.ActivityType.Name),
-		attribute.String("temporal.workflow.id", info.WorkflowExecution.ID),
-		attribute.String("temporal.activity.id", info.ActivityID),
+		keyActivityAttempt.Int(int(info.Attempt)),
+		keyActivityType.String(info.ActivityType.Name),
+		keyWorkflowID.String(info.WorkflowExecution.ID),
+		keyActivityID.String(info.ActivityID),
 	)
 	call := a.w.layer(func(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
 		return a.Next.ExecuteActivity(middleware.WithinRetryAttempt(ctx, LayerName, attempts), in)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -80,14 +82,32 @@ func TestEveryEmittedKeyIsDeclared(t *testing.T) {
 		res, err := d.scenario(context.Background(), sc)
 		require.NoError(t, err, sc.name)
 		require.Empty(t, res.Problems, sc.name)
+		if res.Skipped != "" {
+			// Only the temporal scenario is ever not run: its keys are
+			// then not looked for, and under CI it must run.
+			if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+				t.Fatalf("%s: %s", sc.name, res.Skipped)
+			}
+			t.Logf("%s: %s", sc.name, res.Skipped)
+			continue
+		}
+		if sc.name == "temporal" {
+			temporal, err := attrs.Load("../../contrib/temporal")
+			require.NoError(t, err)
+			reg, err = attrs.Merge(reg, temporal)
+			require.NoError(t, err)
+		}
 		ran++
 	}
-	require.Equal(t, len(scenarios()), ran)
+	require.Positive(t, ran)
 
 	keys, events := keySeen{}, keySeen{}
 	d.spans.mu.Lock()
 	for _, spans := range d.spans.byTrace {
 		for _, s := range spans {
+			if s.InstrumentationScope().Name == temporalTracer {
+				continue // Temporal's own spans carry Temporal's keys and events, not retrace's
+			}
 			for _, kv := range s.Attributes() {
 				keys.add(string(kv.Key), "span "+s.Name())
 			}

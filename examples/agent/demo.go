@@ -38,6 +38,9 @@ type result struct {
 	TraceID          string   `json:"trace_id"`
 	WallMs           int64    `json:"wall_ms"`
 	Problems         []string `json:"problems,omitempty"`
+	// Skipped says why the scenario was not run: a part it needs is not at
+	// hand (the temporal scenario's dev server), and how to get it.
+	Skipped string `json:"skipped,omitempty"`
 	// Details are a scenario's own figures: both runs of the incident, the
 	// two processes of crash-resume.
 	Details map[string]any `json:"details,omitempty"`
@@ -59,6 +62,8 @@ type demo struct {
 	spans     *store
 	exporting bool
 	clk       clock.Clock
+	getenv    func(string) string
+	temporal  *temporalRun // examples/temporal, started and not yet collected
 }
 
 func newDemo(ctx context.Context, o options, getenv func(string) string, stderr io.Writer) (*demo, error) {
@@ -83,7 +88,7 @@ func newDemo(ctx context.Context, o options, getenv func(string) string, stderr 
 	if err != nil {
 		return nil, err
 	}
-	d := &demo{opts: o, tp: tp, shutdown: shutdown, spans: st, exporting: x.OTLP, clk: clock.Scaled(o.timeScale)}
+	d := &demo{opts: o, tp: tp, shutdown: shutdown, spans: st, exporting: x.OTLP, clk: clock.Scaled(o.timeScale), getenv: getenv}
 	if err := d.openTelemetryOut(ctx, getenv, stderr); err != nil {
 		_ = shutdown(context.Background())
 		return nil, err
@@ -92,6 +97,7 @@ func newDemo(ctx context.Context, o options, getenv func(string) string, stderr 
 }
 
 func (d *demo) close() {
+	d.stopTemporal()
 	_ = d.closeMetrics()
 	_ = d.shutdown(context.Background())
 	if d.otlpFile != nil {

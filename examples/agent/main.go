@@ -188,6 +188,11 @@ func closed(r io.Reader) <-chan struct{} {
 // after them.
 func (d *demo) round(ctx context.Context, selected []scenario, stdout, stderr io.Writer) ([]result, error) {
 	o := d.opts
+	for _, sc := range selected {
+		if sc.start != nil {
+			sc.start(d, ctx)
+		}
+	}
 	var results []result
 	for _, sc := range selected {
 		res, err := d.scenario(ctx, sc)
@@ -196,6 +201,9 @@ func (d *demo) round(ctx context.Context, selected []scenario, stdout, stderr io
 		}
 		if !o.json && !o.quiet {
 			fmt.Fprintf(stdout, "== %s: %s\n", sc.name, sc.about)
+			if res.Skipped != "" {
+				fmt.Fprintf(stdout, "not run: %s\n", res.Skipped)
+			}
 			if res.TraceID != "" {
 				if err := d.tree(stdout, res.TraceID); err != nil {
 					return nil, err
@@ -241,6 +249,10 @@ func (d *demo) report(w io.Writer, results []result) error {
 		if r.TraceID == "" && len(r.traces) == 0 {
 			leaves, calls = "-", "-" // its spans are in its own processes
 		}
+		if r.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t not run\t %s\t\n", r.Scenario, r.Skipped)
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t %s\t %s\t\n", r.Scenario, r.ProviderRequests, leaves, calls, check, r.Outcome, shorten(r.Diagnosis, 90))
 	}
 	if err := tw.Flush(); err != nil {
@@ -264,6 +276,10 @@ func (d *demo) report(w io.Writer, results []result) error {
 			}
 		case "crash-resume":
 			fmt.Fprintf(w, "\ncrash-resume: %s\n", r.Diagnosis)
+		case "temporal":
+			if err := reportTemporal(w, r); err != nil {
+				return err
+			}
 		}
 	}
 	if d.exporting {

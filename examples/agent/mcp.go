@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,7 +79,11 @@ func (d *demo) mcp(ctx context.Context) (result, error) {
 	if err != nil {
 		return result{}, fmt.Errorf("examples/mcp's naive run: %w", err)
 	}
-	if err := d.importSpans(spansFile, naiveID, rep.Governed.TraceID); err != nil {
+	governedID, err := trace.TraceIDFromHex(rep.Governed.TraceID)
+	if err != nil {
+		return result{}, fmt.Errorf("examples/mcp's governed run: %w", err)
+	}
+	if err := d.importTraces(spansFile, "examples/mcp", naiveID, governedID); err != nil {
 		return result{}, err
 	}
 	out, err := d.fromTrace("mcp", rep.Governed.TraceID, time.Since(start))
@@ -142,16 +146,16 @@ func moduleDir(path string) (string, error) {
 	}
 }
 
-// importSpans adds the spans of the traces given, both processes', from
-// an OTLP JSON file to the demo's store.
-func (d *demo) importSpans(path string, naive trace.TraceID, governed string) error {
+// importTraces adds the spans of the traces given, every process's, from
+// the OTLP JSON file another command (from) wrote to the demo's store.
+func (d *demo) importTraces(path, from string, ids ...trace.TraceID) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	rss, err := setup.ReadOTLPJSON(bytes.NewReader(raw))
 	if err != nil {
-		return fmt.Errorf("examples/mcp's spans: %w", err)
+		return fmt.Errorf("%s's spans: %w", from, err)
 	}
 	var spans []sdktrace.ReadOnlySpan
 	for _, rs := range rss {
@@ -161,16 +165,16 @@ func (d *demo) importSpans(path string, naive trace.TraceID, governed string) er
 			for _, s := range ss.Spans {
 				stub, err := stubOf(s, res, scope)
 				if err != nil {
-					return err
+					return fmt.Errorf("%s: %w", from, err)
 				}
-				if id := stub.SpanContext.TraceID(); id == naive || id.String() == governed {
+				if slices.Contains(ids, stub.SpanContext.TraceID()) {
 					spans = append(spans, stub.Snapshot())
 				}
 			}
 		}
 	}
 	if len(spans) == 0 {
-		return errors.New("examples/mcp wrote no span of its runs")
+		return fmt.Errorf("%s wrote no span of its runs", from)
 	}
 	for _, s := range spans {
 		d.spans.OnEnd(s)
@@ -182,7 +186,7 @@ func stubOf(s *tracepb.Span, res *resource.Resource, scope instrumentation.Scope
 	var tid trace.TraceID
 	var sid, pid trace.SpanID
 	if len(s.TraceId) != len(tid) || len(s.SpanId) != len(sid) {
-		return tracetest.SpanStub{}, fmt.Errorf("examples/mcp's span %q has no valid IDs", s.Name)
+		return tracetest.SpanStub{}, fmt.Errorf("span %q has no valid IDs", s.Name)
 	}
 	copy(tid[:], s.TraceId)
 	copy(sid[:], s.SpanId)

@@ -31,6 +31,10 @@ type scenario struct {
 	want expectation
 	// custom runs a scenario that is not one exec through the two layers.
 	custom func(d *demo, ctx context.Context) (result, error)
+	// start, when set, begins a custom scenario's work as the demo starts:
+	// a process whose real-time waits then pass while the scenarios before
+	// it run. custom collects it.
+	start func(d *demo, ctx context.Context)
 }
 
 type expectation struct {
@@ -146,6 +150,12 @@ func scenarios() []scenario {
 			name:   "state-down",
 			about:  "the fleet's task during the outage with the store its workers share down too: the shared breaker and the task's budget of 6 retries decide on each worker's local state (degraded), and the budget refuses every retry past the sixth",
 			custom: (*demo).stateDown,
+		},
+		{
+			name:   "temporal",
+			about:  "the outage through a Temporal workflow, one workflow per fault: Temporal's 3 activity attempts × the session's 4 = 12 requests for a 503, its waits honouring Retry-After; a spent quota or a bad key stops Temporal after 1 (needs the dev server: scripts/temporal.sh build)",
+			custom: (*demo).temporalScenario,
+			start:  (*demo).startTemporal,
 		},
 	}
 }

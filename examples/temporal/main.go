@@ -18,13 +18,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,7 +58,20 @@ import (
 var errNoServer = errors.New("no Temporal dev server")
 
 func main() {
-	err := run(context.Background(), os.Stdout)
+	asJSON := flag.Bool("json", false, "print one JSON object: each fault's figures")
+	spans := flag.String("spans", "", "write every span of every fault's workflow to `FILE` as OTLP JSON lines")
+	flag.Parse()
+	rows, err := collect(context.Background())
+	if err == nil && *spans != "" {
+		err = writeSpans(*spans, rows)
+	}
+	if err == nil {
+		if *asJSON {
+			err = json.NewEncoder(os.Stdout).Encode(reportOf(rows))
+		} else {
+			err = writeTable(os.Stdout, rows)
+		}
+	}
 	switch {
 	case errors.Is(err, errNoServer):
 		fmt.Fprintln(os.Stderr, err)
@@ -84,36 +100,86 @@ type row struct {
 	name           string
 	requests, leaf int
 	calls          int64
+	worstCase      int64 // of one attempt's root: Temporal's attempts × the session's
 	attempts       int
-	next           string // what Temporal did in the end
+	gaps           []time.Duration // from one activity attempt's end to the next's start
+	next           string          // how the workflow ended
 	trace          []sdktrace.ReadOnlySpan
 }
 
-func run(ctx context.Context, w io.Writer) error {
+// report is the -json output, which the demo's temporal scenario reads.
+type report struct {
+	Faults []faultReport `json:"faults"`
+}
+
+type faultReport struct {
+	Fault            string  `json:"fault"`
+	ActivityAttempts int     `json:"activity_attempts"`
+	ProviderRequests int     `json:"provider_requests"`
+	LeafSpans        int     `json:"leaf_spans"`
+	Calls            int64   `json:"calls"`
+	WorstCase        int64   `json:"worst_case"`
+	GapsMs           []int64 `json:"gaps_ms"`
+	Next             string  `json:"next"`
+	Ending           string  `json:"ending"`
+	TraceID          string  `json:"trace_id"`
+}
+
+func reportOf(rows []row) report {
+	var rep report
+	for _, r := range rows {
+		fr := faultReport{Fault: r.name, ActivityAttempts: r.attempts, ProviderRequests: r.requests, LeafSpans: r.leaf,
+			Calls: r.calls, WorstCase: r.worstCase, Next: r.next, Ending: r.ending(), GapsMs: []int64{}}
+		for _, g := range r.gaps {
+			fr.GapsMs = append(fr.GapsMs, g.Milliseconds())
+		}
+		if len(r.trace) > 0 {
+			fr.TraceID = r.trace[0].SpanContext().TraceID().String()
+		}
+		rep.Faults = append(rep.Faults, fr)
+	}
+	return rep
+}
+
+// collect runs every fault's workflow on one dev server, side by side:
+// each has a task queue, a worker and a provider of its own, and
+// Temporal's waits between attempts are real time, so the run takes as
+// long as its slowest fault.
+func collect(ctx context.Context) ([]row, error) {
 	bin, err := devServer()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	addr, stop, err := startDevServer(ctx, bin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer stop()
 	logger := log.NewStructuredLogger(nilLogger())
 	c, err := client.Dial(client.Options{HostPort: addr, Logger: logger})
 	if err != nil {
-		return fmt.Errorf("dialing the dev server: %w", err)
+		return nil, fmt.Errorf("dialing the dev server: %w", err)
 	}
 	defer c.Close()
 
-	var rows []row
+	rows := make([]row, len(faults))
+	errs := make([]error, len(faults))
+	var wg sync.WaitGroup
 	for i, f := range faults {
-		r, err := runFault(ctx, c, logger, "demo-"+strconv.Itoa(i), f)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
-		rows = append(rows, r)
+		wg.Go(func() {
+			rows[i], errs[i] = runFault(ctx, c, logger, "demo-"+strconv.Itoa(i), f)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", f.name, errs[i])
+			}
+		})
 	}
+	wg.Wait()
+	return rows, errors.Join(errs...)
+}
+
+// writeTable writes the table and the first fault's trace; it fails when a
+// fault's requests, leaf spans and retrace.calls disagree.
+func writeTable(w io.Writer, rows []row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\tactivity attempts\tprovider requests\tleaf spans\tretrace.calls\tcheck\tTemporal, in the end\t")
 	failed := false
@@ -122,7 +188,7 @@ func run(ctx context.Context, w io.Writer) error {
 		if r.requests != r.leaf || int64(r.requests) != r.calls {
 			check, failed = "MISMATCH", true
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", r.name, r.attempts, r.requests, r.leaf, r.calls, check, r.next)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", r.name, r.attempts, r.requests, r.leaf, r.calls, check, r.ending())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -135,6 +201,35 @@ func run(ctx context.Context, w io.Writer) error {
 		return errors.New("the requests, the leaf spans and retrace.calls disagree")
 	}
 	return nil
+}
+
+// ending says what Temporal did: how the workflow ended, and the waits it
+// made between attempts before that.
+func (r row) ending() string {
+	if len(r.gaps) == 0 {
+		return r.next
+	}
+	waits := make([]string, len(r.gaps))
+	for i, g := range r.gaps {
+		waits[i] = fmt.Sprintf("%.1fs", g.Seconds())
+	}
+	return r.next + ", after waits of " + strings.Join(waits, ", ")
+}
+
+// writeSpans writes every fault's spans to path, one OTLP JSON line per
+// fault's trace.
+func writeSpans(path string, rows []row) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if err := setup.WriteOTLPJSON(f, r.trace); err != nil {
+			_ = f.Close()
+			return err
+		}
+	}
+	return f.Close()
 }
 
 // runFault runs the workflow once against a provider that answers f.
@@ -210,16 +305,28 @@ func runFault(ctx context.Context, c client.Client, logger log.Logger, queue str
 	}
 	spans := rec.Ended()
 	r := row{name: f.name, requests: srv.Requests(), attempts: attempts, next: next, trace: spans}
+	// Each activity attempt is a retrace root of layer temporal: the
+	// fault's counts are theirs added up, and Temporal's waits are the
+	// gaps between them.
+	var roots []sdktrace.ReadOnlySpan
 	for _, s := range spans {
 		for _, kv := range s.Attributes() {
 			if string(kv.Key) == "retrace.layer" && kv.Value.AsString() == retracetemporal.LayerName {
-				counts, err := retracetest.TraceCounts(retracetest.Subtree(spans, s))
-				if err != nil {
-					return row{}, err
-				}
-				r.leaf += counts.LeafSpans
-				r.calls += counts.Calls
+				roots = append(roots, s)
 			}
+		}
+	}
+	slices.SortFunc(roots, func(a, b sdktrace.ReadOnlySpan) int { return a.StartTime().Compare(b.StartTime()) })
+	for i, s := range roots {
+		counts, err := retracetest.TraceCounts(retracetest.Subtree(spans, s))
+		if err != nil {
+			return row{}, err
+		}
+		r.leaf += counts.LeafSpans
+		r.calls += counts.Calls
+		r.worstCase = max(r.worstCase, counts.WorstCase)
+		if i > 0 {
+			r.gaps = append(r.gaps, s.StartTime().Sub(roots[i-1].EndTime()))
 		}
 	}
 	return r, nil
