@@ -1,8 +1,15 @@
-// Package e2e holds retrace's end-to-end test against a real Jaeger: it runs
-// the demo's scenarios exporting over OTLP (gRPC, and HTTP/protobuf for one
-// trace both ways) and reads the traces back through Jaeger's HTTP API. It needs the build tag e2e:
+// Package e2e holds retrace's end-to-end tests against real parts. Against
+// a real Jaeger, it runs the demo's scenarios exporting over OTLP (gRPC, and
+// HTTP/protobuf for one trace both ways) and reads the traces back through
+// Jaeger's HTTP API. Against a real Prometheus (Debian's package
+// prometheus), it runs the demo through a lasting outage with its metrics
+// served for scraping, and checks that every alert of
+// deploy/prometheus/retrace-alerts.yml fires and every query of
+// deploy/grafana/retrace.json returns series; promtool checks and unit-tests
+// the rules. It needs the build tag e2e:
 //
 //	scripts/jaeger.sh build       # once; the binary is kept between runs
+//	apt-get install prometheus    # prometheus and promtool
 //	go test -tags e2e ./e2e
 //
 // A test that needs a real part (Jaeger; later Redis or a contrib module's

@@ -174,13 +174,7 @@ func jaegerAndDemo(t *testing.T) (j *jaeger, agent, root string) {
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
 	j = startJaeger(t, jaegerBinary(t, root), filepath.Join(root, "tools", "jaeger", "config.yaml"))
-
-	agent = filepath.Join(t.TempDir(), "agent")
-	build := exec.Command("go", "build", "-o", agent, "./examples/agent")
-	build.Dir = root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "building the demo: %s", out)
-	return j, agent, root
+	return j, buildDemo(t, root), root
 }
 
 func jaegerBinary(t *testing.T, root string) string {

@@ -33,7 +33,10 @@ type instruments struct {
 	genai       *genAIInstruments // nil unless the layer's Spec has GenAIMetrics
 }
 
-var allOutcomes = []string{telemetry.OutcomeSuccess, telemetry.OutcomeSuccessAfterRetry, telemetry.OutcomeFailedPermanent, telemetry.OutcomeFailedFatal, telemetry.OutcomeFailedUnknown, telemetry.OutcomeFailedTransient, telemetry.OutcomeFailedUserAction, telemetry.OutcomeFailedExhausted, telemetry.OutcomeRejected, telemetry.OutcomeCanceled, telemetry.OutcomeStepLimit}
+// allOutcomes are the values of retrace.outcome a call through a layer is
+// counted under; an outcome missing here would go uncounted (a test checks
+// the list against package telemetry's constants).
+var allOutcomes = []string{telemetry.OutcomeSuccess, telemetry.OutcomeSuccessAfterRetry, telemetry.OutcomeFailedPermanent, telemetry.OutcomeFailedFatal, telemetry.OutcomeFailedUnknown, telemetry.OutcomeFailedTransient, telemetry.OutcomeFailedUserAction, telemetry.OutcomeFailedExhausted, telemetry.OutcomeBudgetExhausted, telemetry.OutcomeRejected, telemetry.OutcomeCanceled, telemetry.OutcomeStepLimit}
 
 // newInstruments are the metrics of layer on mp, the GenAI client ones
 // too when genai.

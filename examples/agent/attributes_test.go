@@ -28,10 +28,6 @@ import (
 var notEmittedByTheDemo = map[string]string{
 	// The incident's loops have no Name; runtime.Loop sets the key when one has.
 	"gen_ai.agent.name": "set on invoke_agent only for a named loop",
-	// A shared state fails only when Redis does (contrib/redis's tests kill
-	// their server to see it); the fleet runs on one in memory.
-	"retrace.state.error":    "on the degraded event, when a shared state fails: only Redis fails",
-	"retrace.state.degraded": "the event of a decision made on local state because the shared one failed: only Redis fails",
 	// The demo's layers all record on one provider; middleware's tests give
 	// an SDK request a provider that records nothing.
 	"retrace.calls.untraced": "only when a layer's spans are not recorded beneath a recorded root",

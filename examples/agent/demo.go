@@ -312,6 +312,13 @@ func (s *store) OnEnd(span sdktrace.ReadOnlySpan) {
 func (s *store) Shutdown(context.Context) error   { return nil }
 func (s *store) ForceFlush(context.Context) error { return nil }
 
+// reset forgets every span.
+func (s *store) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.byTrace, s.roots = map[trace.TraceID][]sdktrace.ReadOnlySpan{}, nil
+}
+
 func (s *store) trace(id trace.TraceID) []sdktrace.ReadOnlySpan {
 	s.mu.Lock()
 	defer s.mu.Unlock()

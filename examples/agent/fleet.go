@@ -56,7 +56,7 @@ func (d *demo) fleet(ctx context.Context) (result, error) {
 		// own, and their leaf spans and retrace.calls add up to the
 		// provider's requests.
 		before := d.spans.rootCount()
-		shared, span = runFleet(ctx, state.NewMemory(), []middleware.Option{middleware.WithTracerProvider(d.tp)})
+		shared, span = runFleet(ctx, state.NewMemory(), []middleware.Option{middleware.WithTracerProvider(d.tp), middleware.WithMeterProvider(d.mp)})
 		traced = d.spans.rootsSince(before)
 	}
 	// One probe per cool-down over the run, besides the threshold and the

@@ -9,6 +9,8 @@
 //	go run ./examples/agent -json                  # one JSON object per scenario
 //	go run ./examples/agent -metrics               # and a summary of the metrics
 //	go run ./examples/agent -otlp-file traces.json # and the traces, for retrace explain
+//	OTEL_METRICS_EXPORTER=prometheus go run ./examples/agent -scenario always-503,incident -repeat
+//	                                               # a lasting outage, its metrics at localhost:9464/metrics until stdin closes
 //	OTEL_EXPORTER_OTLP_ENDPOINT=localhost:4317 go run ./examples/agent          # and export to Jaeger over OTLP/gRPC
 //	OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 go run ./examples/agent   # or over OTLP/HTTP
 //	OPENAI_API_KEY=… go run ./examples/agent -base-url https://api.openai.com/v1 -model gpt-4o-mini
@@ -35,7 +37,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		if errors.Is(err, errCheck) {
 			os.Exit(1)
@@ -55,17 +57,20 @@ type options struct {
 	quiet     bool
 	metrics   bool   // print the metric summary after the scenarios
 	otlpFile  string // write each scenario's trace there, as OTLP JSON
+	repeat    bool   // run the scenarios in rounds until stdin closes
 	// metricsOut is where -metrics prints; metricReader, if set, reads the
 	// metrics too (tests).
 	metricsOut   io.Writer
 	metricReader sdkmetric.Reader
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+// run runs the demo as its arguments say. stdin matters to -repeat alone,
+// which runs until it closes; nil is a stdin that never does.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
-	fs.StringVar(&o.scenario, "scenario", "", "run one scenario: "+strings.Join(names(), ", "))
+	fs.StringVar(&o.scenario, "scenario", "", "run these scenarios, comma-separated: "+strings.Join(names(), ", "))
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per scenario instead of trees and a table")
 	fs.Float64Var(&o.timeScale, "time-scale", 0.01, "how fast backoffs and cool-downs pass: 0.01 turns 8 s into 80 ms (spans keep the configured delays); 1 is real time")
 	fs.StringVar(&o.baseURL, "base-url", "", "an OpenAI-compatible endpoint to run one live prompt against (key in OPENAI_API_KEY)")
@@ -73,6 +78,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.BoolVar(&o.quiet, "quiet", false, "no trees, only the summary")
 	fs.BoolVar(&o.metrics, "metrics", false, "print a summary of retrace's metrics after the scenarios")
 	fs.StringVar(&o.otlpFile, "otlp-file", "", "write each scenario's trace to `FILE` as OTLP JSON, one line per trace (retrace explain reads it)")
+	fs.BoolVar(&o.repeat, "repeat", false, "run the scenarios again and again until stdin closes or an interrupt: a lasting outage, for a Prometheus scraping OTEL_METRICS_EXPORTER=prometheus's endpoint")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,15 +107,87 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		return d.report(stdout, []result{res})
 	}
-	var selected []scenario
-	for _, sc := range scenarios() {
-		if o.scenario == "" || o.scenario == sc.name {
-			selected = append(selected, sc)
+	selected, err := selectScenarios(o.scenario)
+	if err != nil {
+		return err
+	}
+	var stop <-chan struct{}
+	if o.repeat {
+		stop = closed(stdin)
+	}
+	failed := false
+	for round := 1; ; round++ {
+		results, err := d.round(ctx, selected, stdout, stderr)
+		if err != nil {
+			return err
+		}
+		for _, r := range results {
+			failed = failed || len(r.Problems) > 0
+		}
+		if !o.repeat {
+			break
+		}
+		select {
+		case <-stop:
+			fmt.Fprintf(stderr, "agent: stdin closed after round %d\n", round)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+			// Each round's spans are read in the round: a lasting run
+			// keeps none of them.
+			d.spans.reset()
+			continue
+		}
+		break
+	}
+	_ = d.closeMetrics() // setup has warned of a receiver it could not reach
+	if failed {
+		return errCheck
+	}
+	return nil
+}
+
+// selectScenarios returns the scenarios a comma-separated list names, in
+// the demo's order; every one for "".
+func selectScenarios(list string) ([]scenario, error) {
+	want := map[string]bool{}
+	for n := range strings.SplitSeq(list, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			want[n] = true
 		}
 	}
-	if len(selected) == 0 {
-		return fmt.Errorf("unknown scenario %q; want one of %s", o.scenario, strings.Join(names(), ", "))
+	all := len(want) == 0
+	var selected []scenario
+	for _, sc := range scenarios() {
+		if all || want[sc.name] {
+			selected = append(selected, sc)
+			delete(want, sc.name)
+		}
 	}
+	for n := range want {
+		return nil, fmt.Errorf("unknown scenario %q; want one of %s", n, strings.Join(names(), ", "))
+	}
+	return selected, nil
+}
+
+// closed returns a channel closed when r reaches its end or fails; one
+// that is never closed for a nil r. The goroutine reading r ends with it.
+func closed(r io.Reader) <-chan struct{} {
+	c := make(chan struct{})
+	if r == nil {
+		return c
+	}
+	go func() {
+		defer close(c)
+		_, _ = io.Copy(io.Discard, r)
+	}()
+	return c
+}
+
+// round runs the scenarios once, printing each as it ends and the summary
+// after them.
+func (d *demo) round(ctx context.Context, selected []scenario, stdout, stderr io.Writer) ([]result, error) {
+	o := d.opts
 	for _, sc := range selected {
 		if sc.start != nil {
 			sc.start(d, ctx)
@@ -119,7 +197,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, sc := range selected {
 		res, err := d.scenario(ctx, sc)
 		if err != nil {
-			return fmt.Errorf("%s: %w", sc.name, err)
+			return nil, fmt.Errorf("%s: %w", sc.name, err)
 		}
 		if !o.json && !o.quiet {
 			fmt.Fprintf(stdout, "== %s: %s\n", sc.name, sc.about)
@@ -128,31 +206,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			}
 			if res.TraceID != "" {
 				if err := d.tree(stdout, res.TraceID); err != nil {
-					return err
+					return nil, err
 				}
 			}
 			fmt.Fprintln(stdout)
 		}
 		if o.json {
 			if err := json.NewEncoder(stdout).Encode(res); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		if err := d.writeTraces(res, stderr); err != nil {
-			return err
+			return nil, err
 		}
 		results = append(results, res)
 	}
-	if err := d.report(stdout, results); err != nil {
-		return err
-	}
-	_ = d.closeMetrics() // setup has warned of a receiver it could not reach
-	for _, r := range results {
-		if len(r.Problems) > 0 {
-			return errCheck
-		}
-	}
-	return nil
+	return results, d.report(stdout, results)
 }
 
 func names() []string {

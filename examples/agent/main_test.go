@@ -114,7 +114,7 @@ func TestHiddenLayerAgainstSDKRetries(t *testing.T) {
 
 func TestJSONOutput(t *testing.T) {
 	var out, errs bytes.Buffer
-	err := run(context.Background(), []string{"-json", "-scenario", "invalid-api-key", "-time-scale", "0.0001"}, noEnv, &out, &errs)
+	err := run(context.Background(), []string{"-json", "-scenario", "invalid-api-key", "-time-scale", "0.0001"}, noEnv, nil, &out, &errs)
 	require.NoError(t, err, errs.String())
 	var obj map[string]any
 	require.NoError(t, json.Unmarshal(out.Bytes(), &obj), out.String())
@@ -129,7 +129,7 @@ func TestJSONOutput(t *testing.T) {
 
 func TestTreeAndTable(t *testing.T) {
 	var out, errs bytes.Buffer
-	err := run(context.Background(), []string{"-scenario", "stream-drop", "-time-scale", "0.0001"}, noEnv, &out, &errs)
+	err := run(context.Background(), []string{"-scenario", "stream-drop", "-time-scale", "0.0001"}, noEnv, nil, &out, &errs)
 	require.NoError(t, err, errs.String())
 	s := out.String()
 	assert.Contains(t, s, "== stream-drop:")
@@ -139,9 +139,9 @@ func TestTreeAndTable(t *testing.T) {
 
 func TestBadFlags(t *testing.T) {
 	var out, errs bytes.Buffer
-	assert.ErrorContains(t, run(context.Background(), []string{"-scenario", "nope"}, noEnv, &out, &errs), `unknown scenario "nope"`)
-	assert.ErrorContains(t, run(context.Background(), []string{"-time-scale", "0"}, noEnv, &out, &errs), "-time-scale")
-	assert.ErrorContains(t, run(context.Background(), []string{"-base-url", "http://127.0.0.1:1"}, noEnv, &out, &errs), "OPENAI_API_KEY")
+	assert.ErrorContains(t, run(context.Background(), []string{"-scenario", "nope"}, noEnv, nil, &out, &errs), `unknown scenario "nope"`)
+	assert.ErrorContains(t, run(context.Background(), []string{"-time-scale", "0"}, noEnv, nil, &out, &errs), "-time-scale")
+	assert.ErrorContains(t, run(context.Background(), []string{"-base-url", "http://127.0.0.1:1"}, noEnv, nil, &out, &errs), "OPENAI_API_KEY")
 }
 
 // -base-url runs one live prompt against any OpenAI-compatible endpoint;
@@ -157,7 +157,7 @@ func TestLiveAgainstAnEndpoint(t *testing.T) {
 		return ""
 	}
 	var out, errs bytes.Buffer
-	require.NoError(t, run(context.Background(), []string{"-base-url", srv.URL(), "-time-scale", "0.0001", "-json"}, env, &out, &errs), errs.String())
+	require.NoError(t, run(context.Background(), []string{"-base-url", srv.URL(), "-time-scale", "0.0001", "-json"}, env, nil, &out, &errs), errs.String())
 	var res result
 	require.NoError(t, json.Unmarshal(out.Bytes(), &res))
 	assert.Equal(t, "live", res.Scenario)

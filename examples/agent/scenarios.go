@@ -147,6 +147,11 @@ func scenarios() []scenario {
 			custom: (*demo).fleet,
 		},
 		{
+			name:   "state-down",
+			about:  "the fleet's task during the outage with the store its workers share down too: the shared breaker and the task's budget of 6 retries decide on each worker's local state (degraded), and the budget refuses every retry past the sixth",
+			custom: (*demo).stateDown,
+		},
+		{
 			name:   "temporal",
 			about:  "the outage through a Temporal workflow, one workflow per fault: Temporal's 3 activity attempts × the session's 4 = 12 requests for a 503, its waits honouring Retry-After; a spent quota or a bad key stops Temporal after 1 (needs the dev server: scripts/temporal.sh build)",
 			custom: (*demo).temporalScenario,

@@ -13,9 +13,10 @@ import (
 )
 
 // openTelemetryOut sets up what the demo writes besides its trees: the
-// metrics (to the OTLP receiver the environment names, else, with -metrics,
-// a summary after the scenarios) and, with -otlp-file, each trace as OTLP
-// JSON.
+// metrics (to the OTLP receiver the environment names; for Prometheus to
+// scrape with OTEL_METRICS_EXPORTER=prometheus, the endpoint's URL on
+// stderr; with -metrics, a summary after the scenarios) and, with
+// -otlp-file, each trace as OTLP JSON.
 func (d *demo) openTelemetryOut(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
 	x, err := setup.ReadMetricsEnv(getenv)
 	if err != nil {
@@ -24,35 +25,43 @@ func (d *demo) openTelemetryOut(ctx context.Context, getenv func(string) string,
 	// The endpoint that takes the traces is often Jaeger, which takes no
 	// metrics: they go over OTLP only when asked for by name.
 	x.OTLP = x.OTLP && (getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "" || strings.Contains(getenv("OTEL_METRICS_EXPORTER"), "otlp"))
-	env := getenv
-	if !x.OTLP && (!d.opts.metrics || x.None) {
+	var kinds []string
+	switch {
+	case x.None:
+	case x.Registered != "":
+		kinds = append(kinds, x.Registered) // autoexport's, which takes one name
+	default:
+		if x.OTLP {
+			kinds = append(kinds, "otlp")
+		}
+		if x.Prometheus != "" {
+			kinds = append(kinds, "prometheus")
+		}
+		if d.opts.metrics {
+			kinds = append(kinds, "console")
+		}
+	}
+	if len(kinds) == 0 {
 		// Without a receiver, metrics are recorded only for -metrics (and a
 		// test's reader).
-		env = func(k string) string {
-			if k == "OTEL_METRICS_EXPORTER" {
-				return "none"
-			}
-			return getenv(k)
+		kinds = []string{"none"}
+	}
+	env := func(k string) string {
+		if k == "OTEL_METRICS_EXPORTER" {
+			return strings.Join(kinds, ",")
 		}
-	} else {
-		kinds := "otlp"
-		if !x.OTLP {
-			kinds = "console"
-		} else if d.opts.metrics {
-			kinds = "otlp,console"
-		}
-		env = func(k string) string {
-			if k == "OTEL_METRICS_EXPORTER" {
-				return kinds
-			}
-			return getenv(k)
-		}
+		return getenv(k)
 	}
 	out := d.opts.metricsOut
 	if out == nil {
 		out = io.Discard
 	}
 	opts := []setup.Option{setup.WithEnv(env), setup.WithServiceName("retrace-agent"), setup.WithWarnings(stderr), setup.WithConsole(out)}
+	if x.Prometheus != "" {
+		opts = append(opts, setup.WithPrometheusURL(func(url string) {
+			fmt.Fprintf(stderr, "agent: metrics for Prometheus at %s\n", url)
+		}))
+	}
 	if d.opts.metricReader != nil {
 		opts = append(opts, setup.WithMetricReader(d.opts.metricReader))
 	}

@@ -54,7 +54,7 @@ func TestTemporalScenarioWithoutTheServer(t *testing.T) {
 		return ""
 	}
 	var out, errs bytes.Buffer
-	err := run(context.Background(), []string{"-scenario", "temporal"}, getenv, &out, &errs)
+	err := run(context.Background(), []string{"-scenario", "temporal"}, getenv, nil, &out, &errs)
 	require.NoError(t, err, errs.String())
 	assert.Contains(t, out.String(), "not run: no Temporal dev server: build it with scripts/temporal.sh build")
 	assert.Regexp(t, `temporal\s+-\s+-\s+-\s+-\s+not run`, out.String())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/retrace-go/retrace/internal/redact"
@@ -25,10 +26,14 @@ type Exporters struct {
 	Insecure bool   // with OTLP: plain text (no TLS)
 	Console  bool   // print trees (traces) or a summary at shutdown (metrics)
 	None     bool   // record nothing
-	// Registered is an exporter name setup does not build itself
-	// (prometheus, for metrics, or a name a program registered with
-	// autoexport.RegisterSpanExporter or RegisterMetricReader): autoexport
-	// builds it, from the process environment.
+	// Prometheus, for metrics, is the host:port of the scrape endpoint
+	// (OTEL_METRICS_EXPORTER=prometheus): OTEL_EXPORTER_PROMETHEUS_HOST and
+	// _PORT, localhost:9464 by default; "" when Prometheus is not asked for.
+	Prometheus string
+	// Registered is an exporter name setup does not build itself (a name a
+	// program registered with autoexport.RegisterSpanExporter or
+	// RegisterMetricReader): autoexport builds it, from the process
+	// environment.
 	Registered string
 }
 
@@ -90,6 +95,15 @@ func readEnv(getenv func(string) string, signal string) (Exporters, error) {
 			x.Console = true
 		case "none":
 			x.None = true
+		case "prometheus":
+			if signal != "METRICS" {
+				return Exporters{}, fmt.Errorf("setup: %s=%q: prometheus serves metrics only", exporterVar, getenv(exporterVar))
+			}
+			host, port := first(getenv("OTEL_EXPORTER_PROMETHEUS_HOST"), "localhost"), first(getenv("OTEL_EXPORTER_PROMETHEUS_PORT"), "9464")
+			if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+				return Exporters{}, fmt.Errorf("setup: OTEL_EXPORTER_PROMETHEUS_PORT=%q: want a port number (0 for any free port)", port)
+			}
+			x.Prometheus = net.JoinHostPort(host, port)
 		default:
 			// autoexport reads the variable whole, as one name.
 			if len(names) > 1 {

@@ -1,9 +1,13 @@
 package setup_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -142,4 +146,43 @@ func ExampleNewMeterProvider() {
 	//   retrace.layer.calls ({call})
 	//     layer=session outcome=failed_transient  3
 	//     layer=session outcome=success           1
+}
+
+// Metrics for Prometheus to scrape: OTEL_METRICS_EXPORTER=prometheus serves
+// them at /metrics, here on a free port of 127.0.0.1, until shutdown.
+// retrace.layer.calls is scraped as retrace_layer_calls_total.
+func ExampleNewMeterProvider_prometheus() {
+	vars := map[string]string{
+		"OTEL_METRICS_EXPORTER":         "prometheus",
+		"OTEL_EXPORTER_PROMETHEUS_HOST": "127.0.0.1",
+		"OTEL_EXPORTER_PROMETHEUS_PORT": "0", // any free port; WithPrometheusURL tells which
+	}
+	var url string
+	mp, shutdown, err := setup.NewMeterProvider(context.Background(),
+		setup.WithEnv(func(k string) string { return vars[k] }),
+		setup.WithPrometheusURL(func(u string) { url = u }))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = shutdown(context.Background()) }() // stops the endpoint
+
+	calls, _ := mp.Meter("example").Int64Counter(telemetry.MetricLayerCalls)
+	calls.Add(context.Background(), 1, metric.WithAttributes(telemetry.Layer.String("runtime"), telemetry.Outcome.String("failed_exhausted")))
+
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get(url)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "retrace_layer_calls_total{") {
+			fmt.Println(regexp.MustCompile(`otel_scope_[a-z_]+="[^"]*",`).ReplaceAllString(sc.Text(), ""))
+		}
+	}
+	// Output:
+	// retrace_layer_calls_total{retrace_layer="runtime",retrace_outcome="failed_exhausted"} 1
 }

@@ -17,9 +17,17 @@ import (
 )
 
 // WithMetricReader adds a metric reader beside the exporter's (a manual
-// reader in tests, a Prometheus exporter).
+// reader in tests, an exporter of the program's own).
 func WithMetricReader(r sdkmetric.Reader) Option {
 	return optionFunc(func(c *config) { c.readers = append(c.readers, r) })
+}
+
+// WithPrometheusURL has report called once, before [NewMeterProvider]
+// returns, with the URL Prometheus scrapes when OTEL_METRICS_EXPORTER names
+// prometheus: http://host:port/metrics, the port the one bound, which
+// OTEL_EXPORTER_PROMETHEUS_PORT=0 leaves to the system.
+func WithPrometheusURL(report func(url string)) Option {
+	return optionFunc(func(c *config) { c.prometheusURL = report })
 }
 
 // Metrics builds a meter provider from the OTEL_* variables (see
@@ -36,10 +44,12 @@ func Metrics(ctx context.Context, opts ...Option) (shutdown func(context.Context
 }
 
 // ReadMetricsEnv reads what the OTEL_* variables ask of metrics, as
-// [ReadEnv] reads them for tracing: OTEL_METRICS_EXPORTER (otlp, console
-// for a summary printed at shutdown, none, or a name autoexport builds, such
-// as prometheus), OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL, _ENDPOINT (the
-// signal's path is /v1/metrics) and _INSECURE.
+// [ReadEnv] reads them for tracing: OTEL_METRICS_EXPORTER (a
+// comma-separated list of otlp, console for a summary printed at shutdown,
+// prometheus for a scrape endpoint, and none, which wins; or, alone, a name
+// registered with autoexport), OTEL_EXPORTER_OTLP_(METRICS_)PROTOCOL,
+// _ENDPOINT (the signal's path is /v1/metrics) and _INSECURE, and, for
+// prometheus, OTEL_EXPORTER_PROMETHEUS_HOST and _PORT.
 func ReadMetricsEnv(getenv func(string) string) (Exporters, error) { return readEnv(getenv, "METRICS") }
 
 // NewMeterProvider builds a meter provider from the OTEL_* variables (see
@@ -47,10 +57,16 @@ func ReadMetricsEnv(getenv func(string) string) (Exporters, error) { return read
 // bounded shutdown. OTLP exports every OTEL_METRIC_EXPORT_INTERVAL (60 s by
 // default) and once more at shutdown; the console form prints a short
 // summary of every metric at shutdown, to the console writer
-// ([WithConsole]); prometheus (autoexport's) serves the metrics for
-// scraping at OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT
-// (localhost:9464) until shutdown. With OTEL_METRICS_EXPORTER=none and no
-// reader of its own it returns a no-op provider.
+// ([WithConsole]); prometheus serves the metrics for scraping at
+// http://OTEL_EXPORTER_PROMETHEUS_HOST:OTEL_EXPORTER_PROMETHEUS_PORT/metrics
+// (localhost:9464) from the moment it returns until shutdown, which stops
+// the server and waits for its goroutine ([WithPrometheusURL] tells where,
+// port 0 choosing any free one). The endpoint speaks OpenMetrics to a
+// scraper that asks for it, so that histogram buckets and counters carry
+// exemplars: the trace and span IDs of a measurement made inside a
+// sampled span, as the SDK's default exemplar filter (trace_based,
+// OTEL_METRICS_EXEMPLAR_FILTER) keeps them. With OTEL_METRICS_EXPORTER=none
+// and no reader of its own it returns a no-op provider.
 func NewMeterProvider(ctx context.Context, opts ...Option) (metric.MeterProvider, func(context.Context) error, error) {
 	c := newConfig(opts)
 	x, err := ReadMetricsEnv(c.getenv)
@@ -69,13 +85,30 @@ func NewMeterProvider(ctx context.Context, opts ...Option) (metric.MeterProvider
 		return nil, nil, err
 	}
 	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res)}
-	exporting := x.OTLP || x.Registered != ""
-	if exporting {
-		r, err := newMetricReader(ctx, x, c, headers)
-		if err != nil {
+	// The Prometheus endpoint first: binding its port is what fails most
+	// often, and when it fails it has started nothing. Once it serves, a
+	// later failure stops it.
+	var prom *prometheusReader
+	var promURL string
+	if x.Prometheus != "" {
+		if prom, promURL, err = newPrometheusReader(x.Prometheus); err != nil {
 			return nil, nil, err
 		}
+		mpOpts = append(mpOpts, sdkmetric.WithReader(prom))
+	}
+	exporting := x.OTLP || x.Registered != ""
+	if exporting {
+		r, rerr := newMetricReader(ctx, x, c, headers)
+		if rerr != nil {
+			if prom != nil {
+				_ = prom.Shutdown(ctx)
+			}
+			return nil, nil, rerr
+		}
 		mpOpts = append(mpOpts, sdkmetric.WithReader(r))
+	}
+	if prom != nil && c.prometheusURL != nil {
+		c.prometheusURL(promURL)
 	}
 	var summary *sdkmetric.ManualReader
 	if x.Console {

@@ -38,7 +38,14 @@ func TestReadMetricsEnv(t *testing.T) {
 			setup.Exporters{OTLP: true, Protocol: setup.ProtocolGRPC, Endpoint: "a:1", Insecure: true}, ""},
 		{"the traces exporter does not decide", env("OTEL_TRACES_EXPORTER", "none"), setup.Exporters{Console: true}, ""},
 		{"none", env("OTEL_METRICS_EXPORTER", "none", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{None: true}, ""},
-		{"prometheus: autoexport's", env("OTEL_METRICS_EXPORTER", "prometheus"), setup.Exporters{Registered: "prometheus"}, ""},
+		{"prometheus: the specification's default address", env("OTEL_METRICS_EXPORTER", "prometheus"), setup.Exporters{Prometheus: "localhost:9464"}, ""},
+		{"prometheus: host and port", env("OTEL_METRICS_EXPORTER", "prometheus", "OTEL_EXPORTER_PROMETHEUS_HOST", "::1", "OTEL_EXPORTER_PROMETHEUS_PORT", "0"),
+			setup.Exporters{Prometheus: "[::1]:0"}, ""},
+		{"prometheus beside the console", env("OTEL_METRICS_EXPORTER", "prometheus,console", "OTEL_EXPORTER_PROMETHEUS_PORT", "9100"),
+			setup.Exporters{Console: true, Prometheus: "localhost:9100"}, ""},
+		{"prometheus: a port that is not one", env("OTEL_METRICS_EXPORTER", "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT", "http"), setup.Exporters{},
+			`OTEL_EXPORTER_PROMETHEUS_PORT="http": want a port number`},
+		{"another name: autoexport's", env("OTEL_METRICS_EXPORTER", "mine"), setup.Exporters{Registered: "mine"}, ""},
 		{"bad protocol", env("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/json"), setup.Exporters{}, `OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/json": want grpc or http/protobuf`},
 	}
 	for _, tt := range tests {

@@ -33,6 +33,7 @@ type config struct {
 	processors      []sdktrace.SpanProcessor
 	sampler         sdktrace.Sampler
 	readers         []sdkmetric.Reader // WithMetricReader
+	prometheusURL   func(string)       // WithPrometheusURL
 }
 
 // WithEnv reads the OTEL_* variables setup reads itself through getenv

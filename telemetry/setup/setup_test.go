@@ -78,6 +78,7 @@ func TestReadEnv(t *testing.T) {
 		{"sdk disabled", env("OTEL_SDK_DISABLED", "true"), setup.Exporters{None: true}, ""},
 		{"another name: autoexport's", env("OTEL_TRACES_EXPORTER", "zipkin"), setup.Exporters{Registered: "zipkin"}, ""},
 		{"another name in a list", env("OTEL_TRACES_EXPORTER", "otlp,zipkin"), setup.Exporters{}, `OTEL_TRACES_EXPORTER="otlp,zipkin": "zipkin" is built by autoexport, which takes one name`},
+		{"prometheus serves no traces", env("OTEL_TRACES_EXPORTER", "prometheus"), setup.Exporters{}, `OTEL_TRACES_EXPORTER="prometheus": prometheus serves metrics only`},
 		{"unknown protocol", env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"), setup.Exporters{}, `setup: OTEL_EXPORTER_OTLP_PROTOCOL="http/json": want grpc or http/protobuf`},
 		{"unknown traces protocol", env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "udp", "OTEL_EXPORTER_OTLP_ENDPOINT", "a:1"), setup.Exporters{}, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL="udp": want grpc or http/protobuf`},
 		{"bad scheme", env("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://x:1"), setup.Exporters{}, `OTEL_EXPORTER_OTLP_ENDPOINT: "ftp://x:1": unknown scheme "ftp"`},
