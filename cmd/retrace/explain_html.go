@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"embed"
 	"encoding/base64"
@@ -15,7 +16,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
@@ -272,8 +272,8 @@ func buildTrace(n int, spans []sdktrace.ReadOnlySpan) htmlTrace {
 			t.Advice = append(t.Advice, ad.Text)
 		}
 		var b strings.Builder
-		_ = a.write(&b) // a strings.Builder does not fail
-		t.Summary = redact.Text(b.String(), nil, 0)
+		_ = a.write(&b) // a strings.Builder does not fail; its texts are clean already
+		t.Summary = b.String()
 	}
 	tl := newTimeline(f)
 	t.Wall, t.Cfg = short(tl.wallTotal), short(tl.cfgTotal)
@@ -440,14 +440,14 @@ func rowKind(n *node) string {
 	return "span"
 }
 
-// outcome is a row's colour (one of outcomeLooks, or ok, refused, error,
-// unset) and the same in words.
+// outcome is a row's colour (one of outcomeLooks, or ok, refused, error)
+// and the same in words.
 func outcome(n *node) (look, text string) {
 	var words []string
 	if o := n.str(telemetry.Outcome); o != "" {
 		o = clean(o)
 		if c, ok := n.attrs[telemetry.Attempts]; ok {
-			o += fmt.Sprintf(" (%d attempts)", c.AsInt64())
+			o += " (" + plural(c.AsInt64(), "attempt") + ")"
 		}
 		words = append(words, o)
 	}
@@ -468,22 +468,14 @@ func outcome(n *node) (look, text string) {
 		if outcomeLooks[class] {
 			look = class
 		}
-		words = append(words, clean(strings.TrimSpace("✗ "+cmpOr(class, "error")+" "+typ)))
-	case n.s.Status().Code == codes.Ok || strings.HasPrefix(n.str(telemetry.Outcome), "success"):
+		words = append(words, clean(strings.TrimSpace("✗ "+cmp.Or(class, "error")+" "+typ)))
+	default:
+		// retrace sets status Error on every span that failed and leaves
+		// the others unset: a span that did not fail succeeded.
 		look = "ok"
 		words = append(words, "✓ ok")
-	default:
-		look = "unset"
-		words = append(words, "· ended")
 	}
 	return look, strings.Join(words, " · ")
-}
-
-func cmpOr(s, or string) string {
-	if s == "" {
-		return or
-	}
-	return s
 }
 
 // backoffGap draws the wait before attempt n: from the end of the attempt
