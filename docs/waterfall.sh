@@ -30,7 +30,7 @@ go build -o "$work/retrace" ./cmd/retrace
 # The window is as tall as the page's header and its 31 rows. The proxy
 # refuses every connection: the page needs none.
 "$chromium" --headless --no-sandbox --disable-gpu --hide-scrollbars \
-  --force-device-scale-factor=1 --window-size=1280,1140 \
+  --force-device-scale-factor=1 --window-size=1280,1200 \
   --user-data-dir="$work/profile" --proxy-server=http://127.0.0.1:9 \
   --screenshot="$work/waterfall.png" "file://$work/waterfall.html" >"$work/chromium.log" 2>&1 ||
   { cat "$work/chromium.log" >&2; exit 1; }
