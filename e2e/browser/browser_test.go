@@ -27,6 +27,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/retrace-go/retrace/retracetest"
+	"github.com/retrace-go/retrace/telemetry"
 	"github.com/retrace-go/retrace/telemetry/setup"
 )
 
@@ -42,8 +43,9 @@ var scenarios = []string{"always-503", "rate-limited"}
 // expected is what a trace says about itself, read from the OTLP JSON
 // without retrace explain: its spans, and its counts by retracetest's rule.
 type expected struct {
-	spans  int
-	counts retracetest.Counts
+	spans    int
+	backoffs int // attempt spans that waited before they started (retrace.retry.delay_ms)
+	counts   retracetest.Counts
 }
 
 // TestWaterfallInChromium builds the demo and retrace, writes the demo's
@@ -121,17 +123,40 @@ func TestWaterfallInChromium(t *testing.T) {
 	assert.Contains(t, text(t, ctx, "#"+secondID), "retrace.attempt")
 	do(t, ctx, chromedp.KeyEvent(" "), chromedp.WaitNotVisible(chromedp.CSS("#"+secondID)))
 
-	// The toggle moves the lanes from configured time to wall time: a
-	// backoff gap, seconds as configured, is a sliver of the wall time of
-	// the demo's faster clock.
-	gap := first + ` .gap`
-	cfgWidth := evalFloat(t, ctx, fmt.Sprintf(`document.querySelector(%q).getBoundingClientRect().width`, gap))
+	// The toggle moves the lanes between configured time and wall time:
+	// every gap and bar is drawn where its configured position says
+	// (--cl, --cw), then, toggled, where its wall-time one says (--wl,
+	// --ww). The positions themselves are the generator's, tested with
+	// explain's unit tests; this checks that the browser applies them.
+	placed := func(mode string) string {
+		return fmt.Sprintf(`(() => {
+			const out = [];
+			for (const el of document.querySelectorAll(%q)) {
+				const lane = el.parentElement.getBoundingClientRect(), r = el.getBoundingClientRect(), st = el.style;
+				const left = lane.width * parseFloat(st.getPropertyValue("--%[2]sl")) / 100;
+				const width = lane.width * parseFloat(st.getPropertyValue("--%[2]sw")) / 100;
+				// Borders and min-width keep a bar at least 2px wide.
+				if (Math.abs(r.left - lane.left - left) > 1 || Math.abs(r.width - Math.max(width, 2)) > 2) {
+					out.push(el.className + " at " + (r.left - lane.left) + "+" + r.width + ", want " + left + "+" + width);
+				}
+			}
+			return JSON.stringify(out);
+		})()`, first+` .gap, `+first+` .bar`, mode)
+	}
+	evalJSON := func(js string) string {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		require.NoError(t, err)
+		return v
+	}
+	assert.Equal(t, "[]", evalJSON(placed("c")), "configured time")
 	// The checkbox is worked by keyboard, as a person without a mouse
 	// does: Space on the focused box.
 	do(t, ctx, chromedp.Focus(chromedp.CSS(`#timebase`)), chromedp.KeyEvent(" "), chromedp.WaitReady(chromedp.CSS(`body.wall`)))
-	wallWidth := evalFloat(t, ctx, fmt.Sprintf(`document.querySelector(%q).getBoundingClientRect().width`, gap))
-	assert.Greater(t, cfgWidth, wallWidth, "the first backoff, 2 s configured, is wider in configured time")
+	assert.Equal(t, "[]", evalJSON(placed("w")), "wall time")
 	do(t, ctx, chromedp.KeyEvent(" "), chromedp.WaitReady(chromedp.CSS(`body:not(.wall)`)))
+	assert.Equal(t, "[]", evalJSON(placed("c")), "configured time again")
+	gaps := evalInt(t, ctx, fmt.Sprintf(`document.querySelectorAll(%q).length`, first+` .gap`))
+	assert.Equal(t, want[order[0]].backoffs, gaps, "a gap before each attempt that waited")
 
 	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	require.NoError(t, err)
@@ -301,7 +326,8 @@ func artifacts(t *testing.T) string {
 }
 
 // readTraces reads the OTLP JSON file as a reader other than explain
-// would: each trace's spans, counted by retracetest.TraceCounts.
+// would: each trace's spans, counted by retracetest.TraceCounts, and its
+// backoffs.
 func readTraces(t *testing.T, path string) ([]string, map[string]expected) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -327,7 +353,15 @@ func readTraces(t *testing.T, path string) ([]string, map[string]expected) {
 	for id, spans := range byTrace {
 		c, err := retracetest.TraceCounts(spans)
 		require.NoError(t, err, "trace %s", id)
-		out[id] = expected{spans: len(spans), counts: c}
+		e := expected{spans: len(spans), counts: c}
+		for _, s := range spans {
+			for _, kv := range s.Attributes() {
+				if kv.Key == telemetry.RetryDelayMs && kv.Value.AsInt64() > 0 {
+					e.backoffs++
+				}
+			}
+		}
+		out[id] = e
 	}
 	return order, out
 }
