@@ -284,22 +284,71 @@ func buildTrace(n int, spans []sdktrace.ReadOnlySpan) htmlTrace {
 			Cfg:  short(time.Duration(q * float64(tl.cfgTotal))),
 		})
 	}
-	var hidden map[string]int
+	d := &drawing{tl: tl, hidden: map[string]int{}, opened: breakerOpenings(f.all), prev: tl.prev, movedOn: movedOn(f.all)}
 	if a != nil {
 		for _, l := range a.Nested {
 			if l.Hidden && l.MaxAttempts > 1 {
-				if hidden == nil {
-					hidden = map[string]int{}
-				}
-				hidden[l.Layer] = l.MaxAttempts
+				d.hidden[l.Layer] = l.MaxAttempts
 			}
 		}
 	}
-	opened := breakerOpenings(f.all)
 	for _, nd := range preorder(f) {
-		t.Rows = append(t.Rows, buildRow(nd, tl, hidden, opened))
+		t.Rows = append(t.Rows, d.row(nd))
 	}
 	return t
+}
+
+// drawing is what a trace's rows are drawn with, each worked out once for
+// the whole trace, so that drawing a row reads and never searches: the
+// rows are linear in the spans, however many siblings a span has.
+type drawing struct {
+	tl      *timeline
+	hidden  map[string]int  // the layers whose attempts have no span, by their limit
+	opened  map[*node]bool  // breaker spans at which a breaker opened (breakerOpenings)
+	prev    map[*node]*node // each attempt's previous attempt (attemptsBefore)
+	movedOn map[*node]bool  // failed fallback candidates after which another was tried (movedOn)
+}
+
+// attemptsBefore maps each attempt span to the attempt before it under the
+// same layer: the latest attempt sibling that started before it (children
+// are by start time).
+func attemptsBefore(all []*node) map[*node]*node {
+	prev := map[*node]*node{}
+	for _, n := range all {
+		var last *node
+		for _, k := range n.kids {
+			if !k.isAttempt() {
+				continue
+			}
+			if last != nil {
+				prev[k] = last
+			}
+			last = k
+		}
+	}
+	return prev
+}
+
+// movedOn finds the fallback candidates that failed and were followed by
+// another candidate of the same chain: where the fallback moved on.
+func movedOn(all []*node) map[*node]bool {
+	out := map[*node]bool{}
+	for _, n := range all {
+		var failed *node
+		for _, k := range n.kids {
+			if k.str(telemetry.Layer) != telemetry.LayerCandidate {
+				continue
+			}
+			if failed != nil {
+				out[failed] = true
+			}
+			failed = nil
+			if k.failed() {
+				failed = k
+			}
+		}
+	}
+	return out
 }
 
 // cleanAnalysis redacts the texts of the analysis that the page shows.
@@ -373,8 +422,8 @@ func breakerOpenings(all []*node) map[*node]bool {
 	return opened
 }
 
-func buildRow(n *node, tl *timeline, hidden map[string]int, opened map[*node]bool) htmlRow {
-	s := n.s
+func (d *drawing) row(n *node) htmlRow {
+	s, tl := n.s, d.tl
 	r := htmlRow{
 		SpanID: s.SpanContext().SpanID().String(),
 		Name:   clean(s.Name()),
@@ -392,11 +441,11 @@ func buildRow(n *node, tl *timeline, hidden map[string]int, opened map[*node]boo
 	}
 	r.Look, r.Outcome = outcome(n)
 	if n.isAttempt() && n.num(telemetry.RetryDelayMs) > 0 {
-		r.Gap = backoffGap(n, tl)
+		r.Gap = backoffGap(n, d.prev[n], tl)
 	}
-	r.Marks = marks(n, tl, opened)
+	r.Marks = d.marks(n)
 	for _, kv := range s.Attributes() {
-		r.Attrs = append(r.Attrs, htmlAttr{Key: clean(string(kv.Key)), Value: clean(kv.Value.Emit())})
+		r.Attrs = append(r.Attrs, htmlAttr{Key: clean(string(kv.Key)), Value: clean(kv.Value.String())})
 	}
 	r.Attrs = append(r.Attrs,
 		htmlAttr{Key: "span", Value: r.SpanID + " (" + s.SpanKind().String() + ")"},
@@ -409,11 +458,11 @@ func buildRow(n *node, tl *timeline, hidden map[string]int, opened map[*node]boo
 	for _, ev := range s.Events() {
 		e := htmlEvent{Name: clean(ev.Name), At: "+" + short(ev.Time.Sub(s.StartTime()))}
 		for _, kv := range ev.Attributes {
-			e.Attrs = append(e.Attrs, htmlAttr{Key: clean(string(kv.Key)), Value: clean(kv.Value.Emit())})
+			e.Attrs = append(e.Attrs, htmlAttr{Key: clean(string(kv.Key)), Value: clean(kv.Value.String())})
 		}
 		r.Events = append(r.Events, e)
 	}
-	if limit, ok := hidden[n.str(telemetry.Layer)]; ok && n.isLayer() {
+	if limit, ok := d.hidden[n.str(telemetry.Layer)]; ok && n.isLayer() {
 		r.Ghost = &htmlGhost{Layer: clean(n.str(telemetry.Layer)), Limit: limit}
 	}
 	return r
@@ -479,11 +528,10 @@ func outcome(n *node) (look, text string) {
 }
 
 // backoffGap draws the wait before attempt n: from the end of the attempt
-// before it (the latest sibling attempt that started earlier) to n's
-// start. The label says what set the wait: the server's Retry-After when
-// the failure before asked for exactly that long, else the backoff.
-func backoffGap(n *node, tl *timeline) *htmlGap {
-	prev := previousAttempt(n)
+// before it, prev, to n's start. The label says what set the wait: the
+// server's Retry-After when the failure before asked for exactly that
+// long, else the backoff.
+func backoffGap(n, prev *node, tl *timeline) *htmlGap {
 	if prev == nil {
 		return nil
 	}
@@ -507,30 +555,13 @@ func backoffGap(n *node, tl *timeline) *htmlGap {
 	return g
 }
 
-// previousAttempt is the attempt before n under the same layer: the latest
-// attempt sibling that started before n (kids are by start time).
-func previousAttempt(n *node) *node {
-	if n.up == nil {
-		return nil
-	}
-	var prev *node
-	for _, k := range n.up.kids {
-		if k == n {
-			break
-		}
-		if k.isAttempt() {
-			prev = k
-		}
-	}
-	return prev
-}
-
 // marks are the decisions drawn on n's row, each at its time: where a
 // breaker opened, refused or let a probe through half open, a bulkhead was
 // full, a timeout fired, the budget refused, a fallback moved on, shared
 // state degraded, history was compacted, nested retries were announced.
 // Each rule reads an attribute or an event that package telemetry names.
-func marks(n *node, tl *timeline, opened map[*node]bool) []htmlMark {
+func (d *drawing) marks(n *node) []htmlMark {
+	tl := d.tl
 	var out []htmlMark
 	at := func(kind string, t time.Time, label string) {
 		out = append(out, htmlMark{Kind: kind, Wall: tl.wallAt(t), Cfg: tl.cfgAt(t, false), Label: label})
@@ -540,7 +571,7 @@ func marks(n *node, tl *timeline, opened map[*node]bool) []htmlMark {
 	switch {
 	case policy == telemetry.PolicyCircuitBreaker && n.str(telemetry.CircuitState) == telemetry.CircuitOpen:
 		label := "breaker open: refused the call"
-		if opened[n] {
+		if d.opened[n] {
 			label = "breaker opened: refused the call"
 		}
 		if ms := n.num(telemetry.RetryAfterMs); ms > 0 {
@@ -557,13 +588,8 @@ func marks(n *node, tl *timeline, opened map[*node]bool) []htmlMark {
 	if n.isLayer() && n.str(telemetry.Outcome) == string(telemetry.OutcomeBudgetExhausted) {
 		at(markBudget, end, "task budget refused a retry")
 	}
-	if n.str(telemetry.Layer) == telemetry.LayerCandidate && n.failed() && n.up != nil {
-		for _, k := range n.up.kids {
-			if k != n && k.str(telemetry.Layer) == telemetry.LayerCandidate && k.s.StartTime().After(start) {
-				at(markFallback, end, "fallback moved on: "+clean(n.str(semconv.ErrorType))+", the next candidate answers")
-				break
-			}
-		}
+	if d.movedOn[n] {
+		at(markFallback, end, "fallback moved on: "+clean(n.str(semconv.ErrorType))+", the next candidate is tried")
 	}
 	compacted := false
 	for _, ev := range n.s.Events() {
@@ -586,7 +612,7 @@ func marks(n *node, tl *timeline, opened map[*node]bool) []htmlMark {
 func eventAttr(ev sdktrace.Event, k attribute.Key) string {
 	for _, kv := range ev.Attributes {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -600,6 +626,7 @@ func eventAttr(ev sdktrace.Event, k attribute.Key) string {
 // overlap one kept before (retries in concurrent branches) are left in
 // wall time: one time axis cannot stretch the same instant twice.
 type timeline struct {
+	prev                map[*node]*node // each attempt's previous attempt (attemptsBefore)
 	t0                  time.Time
 	gaps                []tlGap         // by start, none overlapping
 	extra               []time.Duration // extra[i]: what gaps[:i] add, fully stretched
@@ -612,7 +639,7 @@ type tlGap struct {
 }
 
 func newTimeline(f *forest) *timeline {
-	tl := &timeline{}
+	tl := &timeline{prev: attemptsBefore(f.all)}
 	var t1 time.Time
 	for i, n := range f.all {
 		if i == 0 || n.s.StartTime().Before(tl.t0) {
@@ -627,7 +654,7 @@ func newTimeline(f *forest) *timeline {
 		if !n.isAttempt() || n.num(telemetry.RetryDelayMs) <= 0 {
 			continue
 		}
-		if prev := previousAttempt(n); prev != nil && !n.s.StartTime().Before(prev.s.EndTime()) {
+		if prev := tl.prev[n]; prev != nil && !n.s.StartTime().Before(prev.s.EndTime()) {
 			gaps = append(gaps, tlGap{a: prev.s.EndTime(), b: n.s.StartTime(), delay: time.Duration(n.num(telemetry.RetryDelayMs)) * time.Millisecond})
 		}
 	}

@@ -409,7 +409,7 @@ func TestExplainHTMLMarks(t *testing.T) {
 		`<span class="mtext m-breaker">◆ breaker half-open: let a probe through</span>`,
 		`<span class="mtext m-bulkhead">◆ bulkhead full: refused the call</span>`,
 		`<span class="mtext m-timeout">◆ timeout fired</span>`,
-		`<span class="mtext m-fallback">◆ fallback moved on: insufficient_quota, the next candidate answers</span>`,
+		`<span class="mtext m-fallback">◆ fallback moved on: insufficient_quota, the next candidate is tried</span>`,
 		`<span class="mtext m-degraded">◆ state degraded: decided on local state (budget, timeout)</span>`,
 		`<span class="mtext m-compacted">◆ history compacted: 40 → 12 messages</span>`,
 		`<span class="mtext m-budget">◆ task budget refused a retry</span>`,

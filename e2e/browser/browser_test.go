@@ -289,13 +289,6 @@ func evalInt(t *testing.T, ctx context.Context, js string) int {
 	return v
 }
 
-func evalFloat(t *testing.T, ctx context.Context, js string) float64 {
-	t.Helper()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[float64](js))
-	require.NoError(t, err, js)
-	return v
-}
-
 // distinctColours decodes a PNG and counts its colours: a blank or
 // single-colour page has one or two.
 func distinctColours(t *testing.T, b []byte) int {
