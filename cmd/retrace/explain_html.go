@@ -217,9 +217,9 @@ func buildPage(order []string, byTrace map[string][]sdktrace.ReadOnlySpan, from 
 	p := &htmlPage{From: clean(from), Total: len(order), Grouped: len(order) > maxListed}
 	byKind := map[string]int{}
 	for _, tid := range order {
-		about, _ := describeRoot(byTrace[tid])
+		about, root := describeRoot(byTrace[tid])
 		if p.Grouped {
-			kind := shape(newForest(byTrace[tid]))
+			kind := root + "\n" + shape(newForest(byTrace[tid]))
 			if i, ok := byKind[kind]; ok {
 				e := &p.Index[i]
 				e.More++
@@ -243,15 +243,20 @@ func buildPage(order []string, byTrace map[string][]sdktrace.ReadOnlySpan, from 
 	return p
 }
 
-// shape is what two traces drawn alike share: for every span, in the
-// order the waterfall draws them, its depth, name, status, error type,
-// outcome, attempt and backoff. Times and IDs differ between any two
-// traces; these are what a reader compares.
+// shape is what two traces drawn alike share besides their root's kind
+// (describeRoot: its calls and worst case among them): for every span, in
+// the order the waterfall draws them, its depth, name, status, error type,
+// outcome, attempt, backoff, breaker state and events. Times and IDs differ
+// between any two traces; these are what a reader compares.
 func shape(f *forest) string {
 	var b strings.Builder
 	for _, n := range preorder(f) {
-		fmt.Fprintf(&b, "%d|%s|%d|%s|%s|%d|%d\n", n.depth, n.s.Name(), n.s.Status().Code,
-			n.str(semconv.ErrorType), n.str(telemetry.Outcome), n.num(telemetry.Attempt), n.num(telemetry.RetryDelayMs))
+		fmt.Fprintf(&b, "%d|%s|%d|%s|%s|%d|%d|%s", n.depth, n.s.Name(), n.s.Status().Code, n.str(semconv.ErrorType),
+			n.str(telemetry.Outcome), n.num(telemetry.Attempt), n.num(telemetry.RetryDelayMs), n.str(telemetry.CircuitState))
+		for _, ev := range n.s.Events() {
+			b.WriteString("|" + ev.Name)
+		}
+		b.WriteByte('\n')
 	}
 	return b.String()
 }

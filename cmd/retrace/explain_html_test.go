@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -418,4 +421,41 @@ func TestExplainHTMLMarks(t *testing.T) {
 	}
 	assert.Equal(t, 8, strings.Count(page, `<span class="mark m-`), "one mark per decision, none for the closed breaker")
 	has(t, page, `o-refused`, "the refused call reads as refused")
+}
+
+// -html reads Jaeger's answer as it reads a file: one trace, drawn.
+func TestExplainHTMLFromJaeger(t *testing.T) {
+	var body bytes.Buffer
+	tr := failedRun(1, 3)
+	require.NoError(t, setup.WriteOTLPJSON(&body, tr.Snapshots()))
+	id := trace.TraceID{0: 0xab, 15: 1}.String()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v3/traces/"+id {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(body.Bytes())
+	}))
+	defer srv.Close()
+	page := explainPage(t, "-jaeger", srv.URL, "-trace", id)
+	secs := sections(page)
+	require.Len(t, secs, 1)
+	has(t, secs[0], `data-trace="`+id+`"`)
+	assert.Len(t, rowRe.FindAllString(secs[0], -1), len(tr))
+	assertOffline(t, page)
+}
+
+// Past maxListed, only traces that would draw alike are drawn once: a
+// different worst case, or an event the others lack, is a trace of its own.
+func TestExplainHTMLGroupsOnlyAlike(t *testing.T) {
+	var traces []tracetest.SpanStubs
+	for i := range maxListed + 1 {
+		traces = append(traces, traceOf(byte(i+1), fake{id: 1, name: "runtime", attrs: rootLayer("runtime", 1)}))
+	}
+	worse := traceOf(100, fake{id: 1, name: "runtime", attrs: append(rootLayer("runtime", 1), telemetry.CallsWorstCase.Int64(36))})
+	evented := traceOf(101, fake{id: 1, name: "runtime", attrs: rootLayer("runtime", 1)})
+	evented[0].Events = []sdktrace.Event{{Name: telemetry.EventNestedRetry, Time: evented[0].StartTime}}
+	page := explainPage(t, "-otlp-file", otlpFile(t, append(traces, worse, evented)...))
+	assert.Len(t, sections(page), 3)
+	has(t, page, fmt.Sprintf("and %d more like it", maxListed))
 }
