@@ -96,7 +96,7 @@ type htmlPage struct {
 	Traces []htmlTrace
 	Index  []htmlEntry
 	// Grouped: the input held more than maxListed traces, and traces
-	// alike (describeRoot's kind) are drawn once.
+	// alike (see shape) are drawn once.
 	Grouped bool
 	Total   int // traces in the input
 	CSS     template.CSS
@@ -266,10 +266,19 @@ func shape(f *forest) string {
 func buildTrace(n int, spans []sdktrace.ReadOnlySpan) htmlTrace {
 	f := newForest(spans)
 	t := htmlTrace{N: n, ID: f.traceID.String(), Spans: len(f.all)}
+	tl := newTimeline(f)
+	d := &drawing{tl: tl, hidden: map[string]int{}, opened: breakerOpenings(f.all), prev: tl.prev, movedOn: movedOn(f.all)}
 	a, err := analyze(f)
 	if err != nil {
 		t.Err = clean(err.Error())
 	} else {
+		// The hidden layers by the names the spans carry, before the
+		// analysis's texts are cleaned for the page.
+		for _, l := range a.Nested {
+			if l.Hidden && l.MaxAttempts > 1 {
+				d.hidden[l.Layer] = l.MaxAttempts
+			}
+		}
 		t.A = a
 		cleanAnalysis(a)
 		t.Chain = a.chain()
@@ -280,7 +289,6 @@ func buildTrace(n int, spans []sdktrace.ReadOnlySpan) htmlTrace {
 		_ = a.write(&b) // a strings.Builder does not fail; its texts are clean already
 		t.Summary = b.String()
 	}
-	tl := newTimeline(f)
 	t.Wall, t.Cfg = short(tl.wallTotal), short(tl.cfgTotal)
 	for _, q := range []float64{0, 0.25, 0.5, 0.75, 1} {
 		t.Ticks = append(t.Ticks, htmlTick{
@@ -288,14 +296,6 @@ func buildTrace(n int, spans []sdktrace.ReadOnlySpan) htmlTrace {
 			Wall: short(time.Duration(q * float64(tl.wallTotal))),
 			Cfg:  short(time.Duration(q * float64(tl.cfgTotal))),
 		})
-	}
-	d := &drawing{tl: tl, hidden: map[string]int{}, opened: breakerOpenings(f.all), prev: tl.prev, movedOn: movedOn(f.all)}
-	if a != nil {
-		for _, l := range a.Nested {
-			if l.Hidden && l.MaxAttempts > 1 {
-				d.hidden[l.Layer] = l.MaxAttempts
-			}
-		}
 	}
 	for _, nd := range preorder(f) {
 		t.Rows = append(t.Rows, d.row(nd))
@@ -414,8 +414,10 @@ func breakerOpenings(all []*node) map[*node]bool {
 		if n.str(telemetry.Policy) != telemetry.PolicyCircuitBreaker {
 			continue
 		}
+		// What it guards, read as the analysis reads it (breakers).
 		g := guard{layer: n.str(telemetry.Layer)}
 		if n.layer != nil {
+			g.layer = cmp.Or(g.layer, n.layer.str(telemetry.Layer))
 			g.tool = n.layer.str(semconv.GenAIToolName)
 		}
 		state := n.str(telemetry.CircuitState)
@@ -427,6 +429,10 @@ func breakerOpenings(all []*node) map[*node]bool {
 	return opened
 }
 
+// row draws span n: its bar in both times, its outcome in colour and in
+// words, the backoff before it, its marks, its attributes and events
+// (cleaned), and a ghost row after it when its layer's attempts have no
+// span each.
 func (d *drawing) row(n *node) htmlRow {
 	s, tl := n.s, d.tl
 	r := htmlRow{
