@@ -158,6 +158,10 @@ func TestWaterfallInChromium(t *testing.T) {
 	gaps := evalInt(t, ctx, fmt.Sprintf(`document.querySelectorAll(%q).length`, first+` .gap`))
 	assert.Equal(t, want[order[0]].backoffs, gaps, "a gap before each attempt that waited")
 
+	// The screenshot shows the page from its top, the root's attributes
+	// open.
+	_, err = chromedp.Run(ctx, chromedp.Evaluate[bool](`window.scrollTo(0, 0), true`))
+	require.NoError(t, err)
 	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	require.NoError(t, err)
 	colours := distinctColours(t, shot)
