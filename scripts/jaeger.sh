@@ -4,7 +4,17 @@
 # with memory storage on 127.0.0.1 only.
 #
 #   scripts/jaeger.sh build   # build once (minutes the first time), print the binary's path
-#   scripts/jaeger.sh run     # run it in the foreground: OTLP gRPC 127.0.0.1:4317, UI http://127.0.0.1:16686
+#   scripts/jaeger.sh run     # run it in the foreground: OTLP 127.0.0.1:4317 (gRPC) and :4318 (HTTP),
+#                             # the query API at http://127.0.0.1:16686/api/v3/ (no UI: see below)
+#
+# Built from the Go module proxy, Jaeger serves its query API but no UI: the
+# UI's assets are not in the Go module (its ui/actual/ is empty), so
+# http://127.0.0.1:16686 shows a placeholder page. See a trace through the API
+# with retrace explain, as text or as one offline page with a waterfall:
+#
+#   go run ./cmd/retrace explain -jaeger http://127.0.0.1:16686 -trace ID -html trace.html
+#
+# Jaeger's UI comes with its image: docker compose -f docker-compose.otel.yml up.
 #
 # The binary is kept in $RETRACE_CACHE (default ~/.cache/retrace).
 # RETRACE_JAEGER_VERSION builds another module version of Jaeger than the one
@@ -44,7 +54,17 @@ build() {
 
 case "${1:-}" in
   build) build ;;
-  run) exec "$(build)" --config "$root/tools/jaeger/config.yaml" ;;
+  run)
+    jaeger="$(build)"
+    # Said before Jaeger starts, so that nobody looks for a UI on 16686.
+    cat >&2 <<'SAY'
+jaeger: OTLP on 127.0.0.1:4317 (gRPC) and 127.0.0.1:4318 (HTTP); the query API on
+http://127.0.0.1:16686/api/v3/ and no UI (built from the Go module proxy, Jaeger has
+no UI assets). See a trace with retrace explain, as text or as an offline page:
+  go run ./cmd/retrace explain -jaeger http://127.0.0.1:16686 -trace ID -html trace.html
+SAY
+    exec "$jaeger" --config "$root/tools/jaeger/config.yaml"
+    ;;
   path) echo "$bin" ;;
   *) echo "usage: $0 build|run|path" >&2; exit 2 ;;
 esac

@@ -42,11 +42,12 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	id := fs.String("trace", "", "the trace `ID` (32 hex digits); with -otlp-file, needed when the file holds several")
 	file := fs.String("otlp-file", "", "read the trace from `FILE`, OTLP JSON (the demo's -otlp-file, the Collector's file exporter)")
 	asJSON := fs.Bool("json", false, "print the analysis as one JSON object, without the tree")
+	htmlOut := fs.String("html", "", "write the traces to `FILE` as one offline HTML page, a waterfall each (with -otlp-file and no -trace: every trace in the file)")
 	timeout := fs.Duration("timeout", 30*time.Second, "with -jaeger, the time `D` Jaeger has to send the whole trace, such as 30s or 2m")
 	maxBytes := byteSize(defaultMaxBytes)
 	fs.Var(&maxBytes, "max-bytes", "read at most `SIZE` of OTLP JSON (the file, or Jaeger's answer), such as 64MiB or 1GiB; more is refused, never cut")
 	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: retrace explain (-jaeger URL -trace ID [-timeout D] | -otlp-file FILE [-trace ID]) [-max-bytes SIZE] [-json]\n\n")
+		fmt.Fprint(stderr, "usage: retrace explain (-jaeger URL -trace ID [-timeout D] | -otlp-file FILE [-trace ID]) [-max-bytes SIZE] [-json | -html FILE]\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -59,6 +60,9 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if _, err := trace.TraceIDFromHex(strings.ToLower(*id)); err != nil {
 			return fmt.Errorf("explain: -trace %q: want 32 hex digits", *id)
 		}
+	}
+	if *asJSON && *htmlOut != "" {
+		return errors.New("explain: give -json or -html, not both")
 	}
 	if *timeout <= 0 {
 		return fmt.Errorf("explain: -timeout %s: want a duration above 0, such as 30s or 2m", *timeout)
@@ -86,6 +90,12 @@ func explain(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err != nil {
 		return fmt.Errorf("explain: %w", err)
+	}
+	if *htmlOut != "" {
+		if err := explainHTML(rs, strings.ToLower(*id), from, *htmlOut, stdout); err != nil {
+			return fmt.Errorf("explain: %w", err)
+		}
+		return nil
 	}
 	spans, err := pickTrace(rs, *id, from)
 	if err != nil {
@@ -708,21 +718,7 @@ func (a *Analysis) write(w io.Writer) error {
 			plural(a.Roots, "retrace root"), a.Root)
 	}
 	if len(a.Nested) > 0 {
-		var parts []string
-		for _, l := range a.Nested {
-			p := fmt.Sprintf("%s(%d)", l.Layer, l.MaxAttempts)
-			if l.MaxAttempts == 0 {
-				p = l.Layer + "(?)"
-			}
-			if l.Hidden {
-				p += " hidden"
-			}
-			if l.SDK {
-				p += " sdk"
-			}
-			parts = append(parts, p)
-		}
-		fmt.Fprintf(&b, "  nested      %s = %d\n", strings.Join(parts, " × "), a.Product)
+		fmt.Fprintf(&b, "  nested      %s = %d\n", a.chain(), a.Product)
 	}
 	fmt.Fprintf(&b, "  waiting     %s in %d backoffs (as configured) against %s calling\n",
 		time.Duration(a.BackoffMs)*time.Millisecond, a.BackoffWaits, time.Duration(a.CallingMs*float64(time.Millisecond)).Round(10*time.Microsecond))
@@ -775,6 +771,27 @@ func (a *Analysis) write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// chain writes the nested retrying layers, outermost first:
+// "runtime(3) × session(4) × model(3) hidden", a layer of unknown limit
+// written "(?)".
+func (a *Analysis) chain() string {
+	var parts []string
+	for _, l := range a.Nested {
+		p := fmt.Sprintf("%s(%d)", l.Layer, l.MaxAttempts)
+		if l.MaxAttempts == 0 {
+			p = l.Layer + "(?)"
+		}
+		if l.Hidden {
+			p += " hidden"
+		}
+		if l.SDK {
+			p += " sdk"
+		}
+		parts = append(parts, p)
+	}
+	return strings.Join(parts, " × ")
 }
 
 // plural writes n and word, with an s when n is not 1.

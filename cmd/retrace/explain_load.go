@@ -195,19 +195,7 @@ func readFile(path string, limit byteSize) ([]*tracepb.ResourceSpans, error) {
 // pickTrace returns the spans of trace id, or, with no id, of the only
 // trace there is. from names where they came from, for the errors.
 func pickTrace(rs []*tracepb.ResourceSpans, id, from string) ([]sdktrace.ReadOnlySpan, error) {
-	byTrace := map[string][]sdktrace.ReadOnlySpan{}
-	var order []string
-	for _, r := range rs {
-		for _, ss := range r.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				tid := hex.EncodeToString(s.GetTraceId())
-				if _, ok := byTrace[tid]; !ok {
-					order = append(order, tid)
-				}
-				byTrace[tid] = append(byTrace[tid], stub(s).Snapshot())
-			}
-		}
-	}
+	order, byTrace := splitTraces(rs)
 	if id != "" {
 		spans, ok := byTrace[strings.ToLower(id)]
 		if !ok {
@@ -222,6 +210,24 @@ func pickTrace(rs []*tracepb.ResourceSpans, id, from string) ([]sdktrace.ReadOnl
 		return byTrace[order[0]], nil
 	}
 	return nil, fmt.Errorf("pass -trace ID: %s holds %s", from, listTraces(order, byTrace))
+}
+
+// splitTraces groups the spans by trace: the trace IDs (hex) in the order
+// their first span came, and each trace's spans in the order they came.
+func splitTraces(rs []*tracepb.ResourceSpans) (order []string, byTrace map[string][]sdktrace.ReadOnlySpan) {
+	byTrace = map[string][]sdktrace.ReadOnlySpan{}
+	for _, r := range rs {
+		for _, ss := range r.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				tid := hex.EncodeToString(s.GetTraceId())
+				if _, ok := byTrace[tid]; !ok {
+					order = append(order, tid)
+				}
+				byTrace[tid] = append(byTrace[tid], stub(s).Snapshot())
+			}
+		}
+	}
+	return order, byTrace
 }
 
 // maxListed is the most traces an error lists one by one; past it, traces

@@ -11,6 +11,7 @@
 //	go run ./cmd/retrace faultserver -tool-call 'search_docs={"query":"retry"}' -fault 503 -fail-first 2
 //	go run ./cmd/retrace explain -jaeger http://localhost:16686 -trace 4bf92f3577b34da6a3ce929d0e0e4736
 //	go run ./cmd/retrace explain -otlp-file traces.json -trace 4bf92f3577b34da6a3ce929d0e0e4736 -json
+//	go run ./cmd/retrace explain -otlp-file traces.json -html traces.html   # one offline page, a waterfall per trace
 package main
 
 import (
