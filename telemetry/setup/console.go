@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/retrace-go/retrace/internal/instrument"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/telemetry"
 )
@@ -117,7 +118,11 @@ func WriteTree(w io.Writer, spans []sdktrace.ReadOnlySpan) error {
 
 // line is one span's row: name, duration, and what retrace recorded.
 func line(s sdktrace.ReadOnlySpan) string {
-	parts := []string{s.Name(), fmtDuration(s.EndTime().Sub(s.StartTime()))}
+	// A span's name and status text may come from instrumentation other
+	// than retrace's (a workflow engine's, an HTTP client's), which does
+	// not redact: the tree, printed to a terminal or a log, passes them
+	// through the redactor's patterns, as everything retrace writes.
+	parts := []string{redact.Text(s.Name(), nil, 0), fmtDuration(s.EndTime().Sub(s.StartTime()))}
 	attrs := map[attribute.Key]attribute.Value{}
 	for _, kv := range s.Attributes() {
 		attrs[kv.Key] = kv.Value
@@ -154,7 +159,7 @@ func line(s sdktrace.ReadOnlySpan) string {
 			e += " " + v.AsString()
 		}
 		if _, isLayer := attrs[telemetry.Outcome]; !isLayer && s.Status().Description != "" {
-			e += ": " + oneLine(s.Status().Description, 120)
+			e += ": " + oneLine(redact.Text(s.Status().Description, nil, 0), 120)
 		}
 		parts = append(parts, e)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace/noop"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -131,6 +132,25 @@ func TestConsoleTree(t *testing.T) {
 	assert.Regexp(t, `^trace [0-9a-f]{32}$`, lines[0])
 	assert.Regexp(t, `^runtime  `, lines[1])
 	assert.Regexp(t, `^└─ runtime attempt  `, lines[2])
+}
+
+// Another instrumentation's span names and status texts are not redacted
+// where they were made: the tree redacts them as retrace's own sinks do.
+func TestConsoleTreeRedactsForeignSpans(t *testing.T) {
+	var out bytes.Buffer
+	tp, shutdown, err := setup.NewTracerProvider(context.Background(), setup.WithEnv(env()), setup.WithConsole(&out))
+	require.NoError(t, err)
+	tr := tp.Tracer("someone-else")
+	const key = "sk-proj-4f9aK2mQ7xT1vB8nZ3cL6pR0"
+	ctx, root := tr.Start(context.Background(), "GET /v1?api_key="+key)
+	_, child := tr.Start(ctx, "call")
+	child.SetStatus(codes.Error, "401: Authorization: Bearer "+key+" was refused")
+	child.End()
+	root.End()
+	require.NoError(t, shutdown(context.Background()))
+	assert.NotContains(t, out.String(), key)
+	assert.Contains(t, out.String(), "[REDACTED]")
+	assert.Contains(t, out.String(), "was refused", "the rest of the text stays")
 }
 
 // A leaf that retrace.calls does not count says why in the tree, and the
