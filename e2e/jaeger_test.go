@@ -208,18 +208,7 @@ func startJaeger(t *testing.T, bin, config string) *jaeger {
 	cmd.Env = append(os.Environ(),
 		"JAEGER_OTLP_GRPC_PORT="+ports[0], "JAEGER_QUERY_PORT="+ports[1],
 		"JAEGER_QUERY_GRPC_PORT="+ports[2], "JAEGER_OTLP_HTTP_PORT="+ports[3], "JAEGER_HEALTH_PORT="+ports[4])
-	log := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("jaeger log:\n%s", log.String())
-		}
-	})
+	exited, log := startLogged(t, "jaeger", cmd)
 
 	health := "http://127.0.0.1:" + ports[4] + "/status"
 	deadline := time.Now().Add(60 * time.Second)
@@ -298,6 +287,27 @@ func freePorts(t *testing.T, n int) []string {
 		_ = l.Close()
 	}
 	return ports
+}
+
+// startLogged starts cmd, a server the test runs, with its output in a
+// buffer, and stops it by its PID when the test ends, printing the output
+// if the test failed. exited reports how it ended; a reader that takes the
+// value puts it back, for the cleanup to take.
+func startLogged(t *testing.T, name string, cmd *exec.Cmd) (exited chan error, log *syncBuffer) {
+	t.Helper()
+	log = &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	require.NoError(t, cmd.Start())
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("%s log:\n%s", name, log.String())
+		}
+	})
+	return exited, log
 }
 
 type syncBuffer struct {

@@ -402,18 +402,7 @@ scrape_configs:
 	port := freePorts(t, 1)[0]
 	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address=127.0.0.1:"+port, "--enable-feature=exemplar-storage", "--log.level=warn")
-	log := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", log.String())
-		}
-	})
+	exited, log := startLogged(t, "prometheus", cmd)
 	p := &promServer{base: "http://127.0.0.1:" + port}
 	p.await(t, "Prometheus to be ready", func() (bool, string) {
 		select {
