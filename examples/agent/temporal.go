@@ -149,16 +149,17 @@ func (d *demo) temporalScenario(ctx context.Context) (result, error) {
 	if len(rep.Faults) == 0 {
 		return result{}, errors.New("examples/temporal ran no fault")
 	}
-	var others []trace.TraceID
-	for _, f := range rep.Faults[1:] {
+	// Every fault's trace, the first the scenario's own.
+	var ids []trace.TraceID
+	for _, f := range rep.Faults {
 		id, err := trace.TraceIDFromHex(f.TraceID)
 		if err != nil {
 			return result{}, fmt.Errorf("examples/temporal's %s: %w", f.Fault, err)
 		}
-		others = append(others, id)
+		ids = append(ids, id)
 	}
-	first := rep.Faults[0]
-	if err := d.importTraces(filepath.Join(r.dir, "spans.jsonl"), "examples/temporal", append([]trace.TraceID{mustTraceID(first.TraceID)}, others...)...); err != nil {
+	first, others := rep.Faults[0], ids[1:]
+	if err := d.importTraces(filepath.Join(r.dir, "spans.jsonl"), "examples/temporal", ids...); err != nil {
 		return result{}, err
 	}
 	out, err := d.fromTrace("temporal", first.TraceID, time.Since(start))
@@ -171,7 +172,7 @@ func (d *demo) temporalScenario(ctx context.Context) (result, error) {
 	// The outcome is the last attempt's.
 	out.Calls, out.WorstCase = 0, 0
 	var last time.Time
-	for _, s := range d.spans.trace(mustTraceID(first.TraceID)) {
+	for _, s := range d.spans.trace(ids[0]) {
 		if attrOf(s, telemetry.Layer).AsString() == temporalLayer {
 			out.Calls += attrOf(s, telemetry.Calls).AsInt64()
 			out.WorstCase = max(out.WorstCase, attrOf(s, telemetry.CallsWorstCase).AsInt64())
@@ -195,11 +196,6 @@ func (d *demo) temporalScenario(ctx context.Context) (result, error) {
 // temporalLayer is contrib/temporal's LayerName: each activity attempt's
 // retrace root.
 const temporalLayer = "temporal"
-
-func mustTraceID(s string) trace.TraceID {
-	id, _ := trace.TraceIDFromHex(s)
-	return id
-}
 
 // temporalWant is what Temporal must do with each of examples/temporal's
 // faults: retry a transient one to its 3 attempts, each the session's 4
