@@ -34,9 +34,13 @@ func (c *call[Req, Resp]) Attempt(ctx context.Context, n int, delay time.Duratio
 	return c.inner(ctx, c, c.req)
 }
 
-// UsePending implements engine.PendingUser: the breaker steps of the
-// call's attempts send the loop's pending steps with their own.
-func (c *call[Req, Resp]) UsePending(p *engine.Pending) { c.pend = p }
+// Pending implements engine.PendingUser: the breaker steps of the call's
+// attempts send the loop's pending steps with their own. A call runs one
+// retry loop, so its own struct holds the loop's Pending.
+func (c *call[Req, Resp]) Pending() *engine.Pending {
+	c.pend = &c.pendLoop
+	return c.pend
+}
 
 func (c *call[Req, Resp]) Judge(ctx context.Context, err error) engine.Failure {
 	c.classify(ctx, err)

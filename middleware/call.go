@@ -27,7 +27,8 @@ type call[Req, Resp any] struct {
 	meter     *instruments // likewise
 	req       Req
 	inner     step[Req, Resp] // the per-attempt chain the retry loop runs
-	pend      *engine.Pending // the retry loop's steps on a shared state, waiting for the next that needs an answer
+	pend      *engine.Pending // the retry loop's steps on a shared state, waiting for the next that needs an answer; nil outside a loop
+	pendLoop  engine.Pending  // what pend points to in a loop
 	frame     frame
 	root      root
 	fctx      frameCtx

@@ -319,10 +319,7 @@ func (f *frame) announceNesting() {
 			f.announced.Store(nc)
 		}
 	}
-	r.span.AddEvent(telemetry.EventNestedRetry, trace.WithAttributes(
-		telemetry.NestedLayers.String(nc.layers),
-		telemetry.CallsWorstCase.Int64(nc.worst),
-	))
+	r.span.AddEvent(telemetry.EventNestedRetry, nc.event)
 }
 
 // nestedChain is a chain of retrying layers as the nested-retry event
@@ -332,6 +329,7 @@ type nestedChain struct {
 	sum    uint64 // its hash
 	layers string // "runtime(3) × session(3)"
 	worst  int64
+	event  trace.EventOption // the event's attributes, made with the chain
 }
 
 func (f *frame) nestedChain(sum uint64) *nestedChain {
@@ -364,7 +362,9 @@ func (f *frame) nestedChain(sum uint64) *nestedChain {
 		}
 	}
 	slices.Reverse(chain)
-	return &nestedChain{sum: sum, layers: strings.Join(chain, " × "), worst: worst}
+	nc := &nestedChain{sum: sum, layers: strings.Join(chain, " × "), worst: worst}
+	nc.event = trace.WithAttributes(telemetry.NestedLayers.String(nc.layers), telemetry.CallsWorstCase.Int64(nc.worst))
+	return nc
 }
 
 // Attempt describes the attempt a handler runs in.

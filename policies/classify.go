@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -122,36 +121,43 @@ var (
 // phrase is a lower-case ASCII phrase a rule looks for, and the reason a
 // match gives.
 type phrase struct {
-	text   []byte
+	text   string
 	reason string
 }
 
-// phraseSet is the phrases of one rule, indexed by their first byte, so
-// that a text is read once for all of them, not once per phrase.
+// phraseSet is the phrases of one rule (at most 64), indexed by their
+// first byte in either case, so that a text is read once for all of them,
+// not once per phrase, and without a lowered copy of it.
 type phraseSet struct {
 	ps      []phrase
-	byFirst [256][]uint8 // the indexes of the phrases that start with the byte
+	byFirst [256]uint64 // bit k: phrase k starts with the byte, ignoring ASCII case
 }
 
 func phrases(prefix string, texts ...string) *phraseSet {
 	set := &phraseSet{ps: make([]phrase, len(texts))}
 	for i, t := range texts {
-		set.ps[i] = phrase{text: []byte(t), reason: prefix + t}
-		set.byFirst[t[0]] = append(set.byFirst[t[0]], uint8(i))
+		if len(t) < 2 || i >= 64 {
+			panic("policies: a phrase set holds at most 64 phrases of two bytes or more")
+		}
+		set.ps[i] = phrase{text: t, reason: prefix + t}
+		set.byFirst[t[0]] |= 1 << i
+		if c := t[0]; 'a' <= c && c <= 'z' {
+			set.byFirst[c-'a'+'A'] |= 1 << i
+		}
 	}
 	return set
 }
 
 // find returns the first phrase of the set, in the set's order, that one
-// of the lowered texts holds anywhere.
-func (set *phraseSet) find(lowered ...[]byte) (phrase, bool) {
+// of texts holds anywhere, ignoring ASCII case.
+func (set *phraseSet) find(texts ...string) (phrase, bool) {
 	var found uint64 // bit k: phrase k is in a text
-	for _, l := range lowered {
-		for i, c := range l {
-			for _, k := range set.byFirst[c] {
+	for _, s := range texts {
+		for i := 0; i < len(s); i++ {
+			for cand := set.byFirst[s[i]] &^ found; cand != 0; cand &= cand - 1 {
 				// The second byte first: it rules out nearly every
 				// candidate without a comparison of the whole phrase.
-				if t := set.ps[k].text; len(l)-i >= len(t) && (len(t) < 2 || l[i+1] == t[1]) && bytes.Equal(l[i:i+len(t)], t) {
+				if k := bits.TrailingZeros64(cand); len(s)-i > 1 && lower(s[i+1]) == set.ps[k].text[1] && hasLowerPrefix(s[i:], set.ps[k].text) {
 					found |= 1 << k
 				}
 			}
@@ -163,22 +169,26 @@ func (set *phraseSet) find(lowered ...[]byte) (phrase, bool) {
 	return set.ps[bits.TrailingZeros64(found)], true
 }
 
-// lowerASCII is s with its ASCII letters lowered, in buf when it fits: the
-// phrases are lower-case ASCII, so a phrase in it is one in s ignoring
-// ASCII case, and each phrase is then one bytes.Contains.
-func lowerASCII(s string, buf []byte) []byte {
-	b := buf[:0]
-	if len(s) > cap(buf) {
-		b = make([]byte, 0, len(s))
+// hasLowerPrefix reports whether s begins with the lower-case ASCII p,
+// ignoring the ASCII case of s.
+func hasLowerPrefix(s, p string) bool {
+	if len(s) < len(p) {
+		return false
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
+	for j := 0; j < len(p); j++ {
+		if lower(s[j]) != p[j] {
+			return false
 		}
-		b = append(b, c)
 	}
-	return b
+	return true
+}
+
+// lower is c lowered if it is an ASCII letter.
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // explicitIn returns the first *Error of the chain with a class of its own.
@@ -207,34 +217,32 @@ func classifyChain(err error, c *errchain.Chain) Classification {
 		return Classification{Class: explicit.Class, Type: t, Reason: reason, RetryAfter: explicit.RetryAfter}
 	}
 	// 2. Rejections by a policy: they say nothing about the call itself.
+	// One pass over the chain finds every sentinel the rules ask for.
+	m := c.Match(sentinels[:])
 	switch {
-	case c.Is(circuitbreaker.ErrOpen):
+	case m&(1<<sentOpen) != 0:
 		return Classification{Class: Transient, Type: "circuit_open", Reason: "circuit breaker open"}
-	case c.Is(bulkhead.ErrFull):
+	case m&(1<<sentFull) != 0:
 		return Classification{Class: Transient, Type: "bulkhead_full", Reason: "bulkhead full"}
-	case c.Is(ratelimiter.ErrExceeded):
+	case m&(1<<sentRate) != 0:
 		return Classification{Class: Transient, Type: "rate_limited", Reason: "rate limiter exceeded"}
-	case c.Is(budget.ErrExceeded):
+	case m&(1<<sentBudget) != 0:
 		return Classification{Class: Transient, Type: "budget_exhausted", Reason: "retry budget exhausted"}
-	}
 	// 3. Time: our own per-attempt timeout is Transient, the caller's end is not.
-	if c.Is(timeout.ErrExceeded) {
+	case m&(1<<sentTimeout) != 0:
 		return Classification{Class: Transient, Type: "attempt_timeout", Reason: "attempt timeout"}
-	}
-	if c.Is(context.Canceled) {
+	case m&(1<<sentCanceled) != 0:
 		return Classification{Class: Canceled, Type: "context.Canceled", Reason: "context canceled"}
-	}
-	if c.Is(context.DeadlineExceeded) {
+	case m&(1<<sentDeadline) != 0:
 		return Classification{Class: Canceled, Type: "context.DeadlineExceeded", Reason: "context deadline exceeded"}
-	}
 	// 4. Bugs.
-	if c.Is(errors.ErrUnsupported) {
+	case m&(1<<sentUnsupported) != 0:
 		return Classification{Class: Programming, Type: "errors.ErrUnsupported", Reason: "unsupported"}
 	}
 
 	api, decoded := providerAnswerIn(c)
 	hasAPI := api != nil
-	netType, netReason := netFailure(c)
+	netType, netReason := netFailureOf(c, m)
 	// The text the words are read in: an API error's own code and message
 	// when it is the error itself (no layer's words around it), else the
 	// whole text, and the provider's words besides when an SDK's error
@@ -258,9 +266,7 @@ func classifyChain(err error, c *errchain.Chain) Classification {
 	if hasAPI && (api.StatusCode == 413 || api.Code == "context_length_exceeded" || api.Code == "request_too_large") {
 		return with(ContextOverflow, apiReason(api))
 	}
-	var msgBuf, typBuf [256]byte
-	lowMsg, lowTyp := lowerASCII(msg, msgBuf[:]), lowerASCII(typ, typBuf[:])
-	if p, ok := overflowPhrases.find(lowMsg); ok {
+	if p, ok := overflowPhrases.find(msg); ok {
 		return with(ContextOverflow, p.reason)
 	}
 	// 6. Quota and billing: nothing in this task will succeed.
@@ -279,7 +285,7 @@ func classifyChain(err error, c *errchain.Chain) Classification {
 			return with(Permanent, apiReason(api))
 		}
 	}
-	if p, ok := permanentMarkers.find(lowTyp, lowMsg); ok {
+	if p, ok := permanentMarkers.find(typ, msg); ok {
 		return with(Permanent, p.reason)
 	}
 	// 8. Transient: the provider is busy, the network blinked, the stream dropped.
@@ -444,20 +450,54 @@ func errorTypeOf(c *errchain.Chain, api *Error, netType string) string {
 	return errorTypeOther
 }
 
+// sentinels are the errors the rules look for in a chain, each by its
+// index below: a chain is matched against all of them in one pass.
+var sentinels = [...]error{
+	sentOpen: circuitbreaker.ErrOpen, sentFull: bulkhead.ErrFull, sentRate: ratelimiter.ErrExceeded, sentBudget: budget.ErrExceeded,
+	sentTimeout: timeout.ErrExceeded, sentCanceled: context.Canceled, sentDeadline: context.DeadlineExceeded,
+	sentUnsupported: errors.ErrUnsupported,
+	sentReset:       syscall.ECONNRESET, sentRefused: syscall.ECONNREFUSED, sentAborted: syscall.ECONNABORTED, sentPipe: syscall.EPIPE,
+	sentClosed: net.ErrClosed, sentUnexpectedEOF: io.ErrUnexpectedEOF, sentEOF: io.EOF,
+}
+
+const (
+	sentOpen = iota
+	sentFull
+	sentRate
+	sentBudget
+	sentTimeout
+	sentCanceled
+	sentDeadline
+	sentUnsupported
+	sentReset
+	sentRefused
+	sentAborted
+	sentPipe
+	sentClosed
+	sentUnexpectedEOF
+	sentEOF
+)
+
 // netFailure is the one table of Go's network failures: the error.type
 // each is named by, and the reason it is transient ("" for one that is not:
 // a DNS name that does not exist, a certificate).
 func netFailure(c *errchain.Chain) (typ, reason string) {
+	return netFailureOf(c, c.Match(sentinels[:]))
+}
+
+// netFailureOf is netFailure of a chain whose sentinels m are known
+// (errchain.Chain.Match of sentinels).
+func netFailureOf(c *errchain.Chain, m uint64) (typ, reason string) {
 	switch {
-	case c.Is(syscall.ECONNRESET):
+	case m&(1<<sentReset) != 0:
 		return "connection_reset", "connection reset"
-	case c.Is(syscall.ECONNREFUSED):
+	case m&(1<<sentRefused) != 0:
 		return "connection_refused", "connection refused"
-	case c.IsAny(syscall.ECONNABORTED, syscall.EPIPE, net.ErrClosed):
+	case m&(1<<sentAborted|1<<sentPipe|1<<sentClosed) != 0:
 		return "connection_closed", "connection closed"
-	case c.Is(io.ErrUnexpectedEOF):
+	case m&(1<<sentUnexpectedEOF) != 0:
 		return "unexpected_eof", "unexpected EOF"
-	case c.Is(io.EOF):
+	case m&(1<<sentEOF) != 0:
 		return "eof", "other side closed"
 	}
 	if ne, ok := errchain.As[net.Error](c); ok && ne.Timeout() {
@@ -480,6 +520,17 @@ func netFailure(c *errchain.Chain) (typ, reason string) {
 
 // isTLS reports whether the chain holds a certificate or TLS record failure.
 func isTLS(c *errchain.Chain) bool {
+	if !c.HasAs() {
+		// No error of the chain answers errors.As itself: the types are
+		// the question, and one pass asks it.
+		for _, e := range c.All() {
+			switch e.(type) {
+			case x509.UnknownAuthorityError, x509.HostnameError, x509.CertificateInvalidError, *tls.CertificateVerificationError, tls.RecordHeaderError:
+				return true
+			}
+		}
+		return false
+	}
 	_, unknownAuthority := errchain.As[x509.UnknownAuthorityError](c)
 	_, hostname := errchain.As[x509.HostnameError](c)
 	_, invalidCert := errchain.As[x509.CertificateInvalidError](c)

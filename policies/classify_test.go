@@ -2,6 +2,7 @@ package policies_test
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -119,6 +120,12 @@ func TestClassifyRules(t *testing.T) {
 		{"pattern terminated", errors.New("terminated"), Transient, "_OTHER", "pattern: terminated"},
 		// tls and other 4xx
 		{"x509", &url.Error{Op: "Get", URL: "https://x", Err: x509.UnknownAuthorityError{}}, Permanent, "tls_error", "tls"},
+		{"x509 hostname", fmt.Errorf("dial: %w", x509.HostnameError{Host: "x"}), Permanent, "tls_error", "tls"},
+		{"x509 invalid", x509.CertificateInvalidError{Reason: x509.Expired}, Permanent, "tls_error", "tls"},
+		{"tls verification", &tls.CertificateVerificationError{Err: errors.New("bad")}, Permanent, "tls_error", "tls"},
+		{"tls record", tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}, Permanent, "tls_error", "tls"},
+		{"tls through an As method", asTLS{}, Permanent, "tls_error", "tls"},
+		{"an As method that is not tls", asNothing{}, Unknown, "_OTHER", "unknown"},
 		{"404", api(404, "not_found_error", "model not found"), Permanent, "not_found_error", "http 404 not_found_error"},
 		{"400", api(400, "invalid_request_error", "messages: bad role"), Permanent, "invalid_request_error", "http 400 invalid_request_error"},
 		// unknown
@@ -257,3 +264,22 @@ func TestUnsafeCodeIsNotWritten(t *testing.T) {
 	}
 	assert.Equal(t, "invalid_api_key", Classify(&Error{StatusCode: 401, Code: "invalid_api_key"}).Type)
 }
+
+// asTLS answers errors.As for a TLS record failure, as a wrapper that
+// converts its errors may.
+type asTLS struct{}
+
+func (asTLS) Error() string { return "handshake went wrong" }
+func (asTLS) As(target any) bool {
+	if p, ok := target.(*tls.RecordHeaderError); ok {
+		*p = tls.RecordHeaderError{Msg: "bad record"}
+		return true
+	}
+	return false
+}
+
+// asNothing has an As method that answers nothing.
+type asNothing struct{}
+
+func (asNothing) Error() string { return "something odd" }
+func (asNothing) As(any) bool   { return false }

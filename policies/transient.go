@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -193,9 +194,22 @@ var patternReasons = func() map[string]string {
 	return m
 }()
 
+// patternStatus is the reason of each three-digit status matched, by its
+// number: "pattern: 503".
+var patternStatus = func() (r [1000]string) {
+	for code := range r {
+		r[code] = "pattern: " + strconv.Itoa(code)
+	}
+	return r
+}()
+
 // patternReason is the reason a failure matched by matchTransient's m is
 // given.
 func patternReason(m string) string {
+	if len(m) == 3 && isDigit(m[0]) && isDigit(m[1]) && isDigit(m[2]) {
+		// A status, the most common match: its reason by index, not by hash.
+		return patternStatus[int(m[0]-'0')*100+int(m[1]-'0')*10+int(m[2]-'0')]
+	}
 	if r, ok := patternReasons[m]; ok {
 		return r
 	}

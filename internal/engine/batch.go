@@ -35,8 +35,8 @@ func (d Deferred) Held() bool {
 // Pending holds the deferred steps of one call through a retry loop: the
 // record of the call, the failure of its last attempt. The loop's next
 // step on the same State (the breaker's acquire, the budgets' draw) takes
-// them; what is left when the call ends is sent then. [Do] makes one per
-// call and hands it to an Attempter that is a [PendingUser]; a nil
+// them; what is left when the call ends is sent then. [Do] takes one per
+// call from an Attempter that is a [PendingUser], else makes one; a nil
 // *Pending (a breaker outside a retry loop) defers nothing.
 type Pending struct {
 	mu    sync.Mutex
@@ -44,9 +44,12 @@ type Pending struct {
 }
 
 // PendingUser is an Attempter whose attempts take the call's pending
-// steps: Do hands it the call's before the first attempt.
+// steps. Do asks it for the call's Pending before the first attempt: an
+// Attempter made per call holds one in its own struct, so a call through a
+// retry loop allocates none for it.
 type PendingUser interface {
-	UsePending(p *Pending)
+	// Pending returns an empty Pending that lives as long as the call.
+	Pending() *Pending
 }
 
 // Add defers d. It reports false, deferring nothing, on a nil Pending.

@@ -52,7 +52,10 @@ type through struct {
 	fails func(n int) bool
 }
 
-func (a *through) UsePending(p *engine.Pending) { a.pend = p }
+func (a *through) Pending() *engine.Pending {
+	a.pend = new(engine.Pending)
+	return a.pend
+}
 
 func (a *through) Attempt(_ context.Context, n int, _ time.Duration) (int, error) {
 	p, ok := a.b.AcquireWith(a.pend, nil)

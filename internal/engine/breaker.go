@@ -184,7 +184,8 @@ func (b *Breaker) AcquireWith(pend *Pending, clk clock.Clock) (Permit, bool) {
 		return p, true
 	}
 	if _, ok := b.lim.State.(state.Stepper); ok {
-		op := b.settings(state.BreakerOp{Kind: state.BreakerAcquire})
+		op := state.BreakerOp{Kind: state.BreakerAcquire}
+		b.settings(&op)
 		op.Now = now
 		v, err := b.batch(pend.take(b.lim.State), &op, b.carryHeld(now))
 		if err != nil {
@@ -210,12 +211,11 @@ func (b *Breaker) AcquireWith(pend *Pending, clk clock.Clock) (Permit, bool) {
 }
 
 // settings fills op with the breaker's settings.
-func (b *Breaker) settings(op state.BreakerOp) state.BreakerOp {
+func (b *Breaker) settings(op *state.BreakerOp) {
 	op.FailureThreshold, op.Delay, op.HalfOpenProbes, op.SuccessThreshold = b.lim.FailureThreshold, b.lim.Delay, b.lim.HalfOpenProbes, b.lim.SuccessThreshold
 	op.ProbeLease = b.lim.ProbeLease
 	op.FailureRate, op.MinimumCalls, op.Window = b.lim.FailureRate, b.lim.MinimumCalls, b.lim.Window
 	op.TTL = b.lim.TTL
-	return op
 }
 
 // local makes one step on the local record. The local record never
@@ -223,7 +223,7 @@ func (b *Breaker) settings(op state.BreakerOp) state.BreakerOp {
 // hold. The step reads the clock only if it needs the time: a call through
 // a closed breaker pays for no clock.
 func (b *Breaker) local(op state.BreakerOp, clk clock.Clock) state.BreakerView {
-	op = b.settings(op)
+	b.settings(&op)
 	op.TTL = 0
 	b.mu.Lock()
 	if b.rec.NeedsTime(op) {
@@ -271,7 +271,7 @@ func (b *Breaker) leased(now time.Time, pend *Pending) (Permit, bool) {
 // failed step marks the breaker degraded until one succeeds. With a
 // state.Stepper the successes not yet sent go in front of it.
 func (b *Breaker) shared(op state.BreakerOp, clk clock.Clock) (state.BreakerView, error) {
-	op = b.settings(op)
+	b.settings(&op)
 	op.Now = b.clock(clk).Now()
 	if _, ok := b.lim.State.(state.Stepper); ok {
 		return b.batch(nil, &op, true)
@@ -306,7 +306,8 @@ func (b *Breaker) takeOwn(held bool) []Deferred {
 	own := b.pending
 	b.pending = nil
 	if held && b.heldN > 0 {
-		op := b.settings(state.BreakerOp{Kind: state.BreakerRecord, Gen: b.heldGen, Count: state.Success, N: b.heldN})
+		op := state.BreakerOp{Kind: state.BreakerRecord, Gen: b.heldGen, Count: state.Success, N: b.heldN}
+		b.settings(&op)
 		op.Now = b.heldAt
 		own = append(own, b.deferRecord(op, false))
 		b.heldN = 0
@@ -404,7 +405,8 @@ func (b *Breaker) RecordWith(pend *Pending, p Permit, c state.Count, clk clock.C
 	if _, ok := b.lim.State.(state.Stepper); !ok || !p.use.Shared || p.probe {
 		return b.Record(p, c, clk)
 	}
-	op := b.settings(state.BreakerOp{Kind: state.BreakerRecord, Gen: p.gen, Count: c})
+	op := state.BreakerOp{Kind: state.BreakerRecord, Gen: p.gen, Count: c}
+	b.settings(&op)
 	switch c {
 	case state.Ignore:
 		return nil // neither a failure nor a success, and no probe slot to free

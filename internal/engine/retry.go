@@ -92,9 +92,11 @@ func Do[R any](ctx context.Context, r *Retry, clk clock.Clock, a Attempter[R]) (
 	// wait here for the next step that does: the rate budget's record of
 	// the call goes with the breaker's acquire, an attempt's failure with
 	// the retry's draw. What is left when the call ends is sent then.
-	pend := &Pending{}
+	var pend *Pending
 	if u, ok := a.(PendingUser); ok {
-		u.UsePending(pend)
+		pend = u.Pending()
+	} else {
+		pend = new(Pending)
 	}
 	defer pend.flush(stateCtx())
 	if r.Rate != nil {
@@ -204,9 +206,10 @@ func (r *Retry) decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 	// the task budget's draw and the rate budget's retry are one batch,
 	// each step a gate: a failure that opened the breaker stops the draw.
 	// A refused attempt reached nothing: its retry draws from no budget.
-	var decided []func() (bool, state.Use)
+	var decided [2]func() (bool, state.Use)
+	batched := false
 	if stop == nil && !f.Held {
-		decided = r.drawBatched(ctx, pend)
+		decided, batched = r.drawBatched(ctx, pend)
 	} else if g != nil {
 		// The gate reads the breaker as the failure left it.
 		pend.flush(stateCtx())
@@ -227,7 +230,7 @@ func (r *Retry) decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 	if b := BudgetFrom(ctx); b != nil {
 		var ok bool
 		var u state.Use
-		if decided != nil {
+		if batched {
 			ok, u = decided[0]()
 		} else {
 			ok, u = DrawFrom(ctx, b)
@@ -239,7 +242,7 @@ func (r *Retry) decide(ctx context.Context, clk clock.Clock, n int, f Failure, g
 	if r.Rate != nil {
 		var ok bool
 		var u state.Use
-		if decided != nil {
+		if batched {
 			ok, u = decided[1]()
 		} else {
 			ok, u = acquireRate(ctx, r.Rate)
@@ -270,18 +273,25 @@ func refuse(g Gate) (Decision, bool) {
 // state.Stepper as the call's pending steps): the pending steps, the task
 // budget's draw, the rate budget's retry, in that order, each stopping the
 // batch if it refuses. It returns the budgets' decisions (task, rate; a
-// missing budget's says yes), or nil when the steps cannot be batched: the
+// missing budget's says yes) and true, or false when the steps cannot be batched: the
 // pending steps are then sent alone, and the budgets decide as they would
 // without a batch.
-func (r *Retry) drawBatched(ctx context.Context, pend *Pending) []func() (bool, state.Use) {
-	yes := func() (bool, state.Use) { return true, state.Use{} }
-	decided := []func() (bool, state.Use){yes, yes}
+func (r *Retry) drawBatched(ctx context.Context, pend *Pending) (decided [2]func() (bool, state.Use), batched bool) {
 	// The call's held records count first: the retry's ask carries them.
 	pend.settleHeld()
+	b := BudgetFrom(ctx)
+	if b == nil && r.Rate == nil {
+		// No budget to draw from: the pending steps go alone, and the
+		// local path allocates nothing here.
+		pend.flush(stateCtx())
+		return decided, false
+	}
+	yes := func() (bool, state.Use) { return true, state.Use{} }
+	decided = [2]func() (bool, state.Use){yes, yes}
 	var ds []Deferred
 	var st state.State
 	same := true
-	if b := BudgetFrom(ctx); b != nil {
+	if b != nil {
 		d, dec, ok := batchable(ctx, b, false)
 		if !ok {
 			same = false
@@ -299,12 +309,12 @@ func (r *Retry) drawBatched(ctx context.Context, pend *Pending) []func() (bool, 
 	}
 	if _, stepper := st.(state.Stepper); !same || !stepper {
 		pend.flush(stateCtx())
-		return nil
+		return decided, false
 	}
 	mine := pend.take(st)
 	pend.flush(stateCtx()) // steps on other States than the budgets'
 	run(stateCtx(), st, append(mine, ds...))
-	return decided
+	return decided, true
 }
 
 // batchable returns x's deferred step, if x is a Batchable budget with a

@@ -52,8 +52,10 @@ func TestChainAnswersAsErrorsDoes(t *testing.T) {
 	for _, err := range errs {
 		var c Chain
 		c.Add(err)
-		for _, target := range targets {
+		m := c.Match(targets)
+		for k, target := range targets {
 			assert.Equal(t, errors.Is(err, target), c.Is(target), "%q is %v", err, target)
+			assert.Equal(t, errors.Is(err, target), m&(1<<k) != 0, "%q matches %v", err, target)
 		}
 		var op *net.OpError
 		got, ok := As[*net.OpError](&c)
