@@ -68,6 +68,33 @@ func TestCorruptStateHeals(t *testing.T) {
 				require.Equal(t, circuitbreaker.ClosedState, v.State, "%v", fields)
 				require.True(t, v.Granted, "%v: a corrupt record refuses nothing", fields)
 			}
+			// A closed breaker's acquire reads six fields (s g o e f u): a
+			// corrupt one of them heals the record, a new generation; a
+			// corrupt one of the other four is healed by the next step that
+			// reads all ten, and the permit granted before does not count.
+			for _, c := range []struct {
+				fields  []any
+				healed  bool
+				counted bool
+			}{
+				{[]any{"s", 0, "g", 3, "o", 0, "e", "x", "f", 0, "u", 1, "c", 0, "p", 0, "k", 0, "l", 0}, true, true},
+				{[]any{"s", 0, "g", 3, "o", 0, "e", 1, "f", 0, "u", 1, "c", "x", "p", 0, "k", 0, "l", 0}, false, false},
+			} {
+				key := "breaker:six" + strconv.FormatBool(c.healed)
+				require.NoError(t, s.rdb.HSet(ctx, s.ns+":"+key, c.fields...).Err())
+				op := state.BreakerOp{Kind: state.BreakerAcquire, Now: time.Unix(100, 0),
+					FailureThreshold: 5, Delay: time.Minute, HalfOpenProbes: 1, SuccessThreshold: 1, TTL: time.Hour, ProbeLease: time.Minute}
+				v, err := s.st.Breaker(ctx, key, op)
+				require.NoError(t, err)
+				require.True(t, v.Granted, "%v", c.fields)
+				require.Equal(t, c.healed, v.Gen == 4, "%v: generation %d", c.fields, v.Gen)
+				rec := op
+				rec.Kind, rec.Gen, rec.Count = state.BreakerRecord, v.Gen, state.Success
+				after, err := s.st.Breaker(ctx, key, rec)
+				require.NoError(t, err)
+				require.Equal(t, uint64(4), after.Gen, "%v: the record is healed now", c.fields)
+				require.Equal(t, c.counted, after.Successes == 1, "%v: %+v", c.fields, after)
+			}
 			key := "task:neg"
 			require.NoError(t, s.rdb.Set(ctx, s.ns+":"+key, -1_000_000, time.Hour).Err())
 			granted := 0

@@ -29,12 +29,23 @@ import "github.com/redis/go-redis/v9"
 // step over random sequences.
 //
 // A breaker step's arguments: 1 kind (a acquire, r record, c record
-// current, s set), 2 now (µs), 3 failure threshold, 4 delay (µs), 5
-// half-open probes, 6 success threshold, 7 TTL (ms), 8 the permit's
-// generation, 9 '1' if the permit is a probe, 10 how the call counts (0
-// ignore, 1 fail, 2 success), 11 the state to set, 12 failure rate (0: off),
-// 13 minimum calls, 14 the current bucket, 15 probe lease (µs), 16 how
-// many ends alike a record step records (state.BreakerOp.N, at least 1).
+// current, s set), 2 now (µs), 3 delay (µs), 4 half-open probes, 5 TTL
+// (ms), 6 probe lease (µs), 7 failure threshold, 8 success threshold, 9 the
+// permit's generation, 10 '1' if the permit is a probe, 11 how the call
+// counts (0 ignore, 1 fail, 2 success), 12 the state to set, 13 failure
+// rate (0: off), 14 minimum calls, 15 the current bucket, 16 how many ends
+// alike a record step records (state.BreakerOp.N, at least 1). An acquire,
+// the step of every call, reads the first six and is sent only those: each
+// argument is a string Redis makes for the script.
+//
+// A batch of one acquire on a closed breaker (the step of nearly every
+// call) is answered before the rest of the script runs: it reads the six
+// fields its answer holds, grants, and writes nothing, as the whole script
+// would; its reply is the five numbers that are not always the same (g, o,
+// e, f, u), where a breaker step's reply has ten. A corrupt one of those six takes the whole script, which heals
+// the record; a corrupt one of the other four heals at the next step that
+// is not such an acquire, in a new generation: the permits granted before
+// then do not count, as no permit of a corrupt record does.
 //
 // A draw step takes one unit of a count under its limit (1), the count
 // expiring after 2 (ms). A count that is not a whole number of at least 0
@@ -49,7 +60,19 @@ import "github.com/redis/go-redis/v9"
 // step records first (state.RatioOp.Calls: at least 1 for a call's record,
 // those held back with a retry's ask). A refused retry writes nothing but
 // those calls.
-var script = redis.NewScript(`
+var script = redis.NewScript(scriptSrc)
+
+// scriptSrc is script's Lua.
+const scriptSrc = `
+-- whole reports whether n is a whole number of at least 0.
+local function whole(n) return n and n >= 0 and n == math.floor(n) end
+
+if ARGV[1] == '1' and ARGV[3] == 'b' and ARGV[6] == 'a' then
+  local h = redis.call('HMGET', KEYS[1], 's', 'g', 'o', 'e', 'f', 'u')
+  local g, o, e, f, u = tonumber(h[2]), tonumber(h[3]), tonumber(h[4]), tonumber(h[5]), tonumber(h[6])
+  if h[1] == '0' and o and whole(g) and whole(e) and whole(f) and whole(u) then return {{g, o, e, f, u}} end
+end
+
 local fields = {'s', 'g', 'c', 'o', 'p', 'k', 'e', 'f', 'u', 'l'}
 local channel = ARGV[2]
 local cache, order = {}, {} -- the breakers read this batch, by key, in the order first read
@@ -158,8 +181,8 @@ local function breakerStep(key, a)
     if t == 1 then o = now end
   end
   if kind == 'a' then
-    if s == 1 and now >= o + tonumber(ARGV[a + 4]) then transition(2) end
-    local maxProbes, lease = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 15])
+    if s == 1 and now >= o + tonumber(ARGV[a + 3]) then transition(2) end
+    local maxProbes, lease = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 6])
     if s == 2 and p >= maxProbes and lease > 0 and now >= l then
       -- The probes out held their slots past their lease: they are lost (a
       -- worker died, a restart lost their record). A new half-open
@@ -175,20 +198,20 @@ local function breakerStep(key, a)
     end
   elseif kind == 'r' or kind == 'c' then
     for _ = 1, tonumber(ARGV[a + 16]) do
-      local gen, probe = tonumber(ARGV[a + 8]), ARGV[a + 9] == '1'
+      local gen, probe = tonumber(ARGV[a + 9]), ARGV[a + 10] == '1'
       if kind == 'c' then gen, probe = g, (s == 2 and p > 0) end
       if gen ~= g then break end -- granted in a state the breaker has left
-      local count, rate = tonumber(ARGV[a + 10]), tonumber(ARGV[a + 12])
+      local count, rate = tonumber(ARGV[a + 11]), tonumber(ARGV[a + 13])
       if probe and p > 0 then p = p - 1 end
       if count == 1 then
         e, f = e + 1, f + 1
         if s == 0 and rate > 0 then
           windowed = true
-          local calls, failures = windowAdd(key, tonumber(ARGV[a + 14]), 1)
-          if calls > 0 and calls >= tonumber(ARGV[a + 13]) and failures >= rate * calls then transition(1) end
+          local calls, failures = windowAdd(key, tonumber(ARGV[a + 15]), 1)
+          if calls > 0 and calls >= tonumber(ARGV[a + 14]) and failures >= rate * calls then transition(1) end
         elseif s == 0 then
           c = c + 1
-          if c >= tonumber(ARGV[a + 3]) then transition(1) end
+          if c >= tonumber(ARGV[a + 7]) then transition(1) end
         elseif s == 2 then
           transition(1)
         end
@@ -198,22 +221,22 @@ local function breakerStep(key, a)
           c = 0
           if rate > 0 then
             windowed = true
-            windowAdd(key, tonumber(ARGV[a + 14]), 0)
+            windowAdd(key, tonumber(ARGV[a + 15]), 0)
           end
         elseif s == 2 then
           k = k + 1
-          if k >= tonumber(ARGV[a + 6]) then transition(0) end
+          if k >= tonumber(ARGV[a + 8]) then transition(0) end
         end
       end
     end
   elseif kind == 's' then
-    transition(tonumber(ARGV[a + 11]))
+    transition(tonumber(ARGV[a + 12]))
   end
   if windowed or s ~= v[1] or g ~= v[2] or c ~= v[3] or o ~= v[4] or p ~= v[5] or k ~= v[6] or e ~= v[7] or f ~= v[8] or u ~= v[9] or l ~= v[10] then
     v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10] = s, g, c, o, p, k, e, f, u, l
     r.dirty = true
   end
-  if r.dirty then r.ttl = ARGV[a + 7] end
+  if r.dirty then r.ttl = ARGV[a + 5] end
   if changed == 1 then
     redis.call('HDEL', key, unpack(window()))
     -- The transition is published for the workers that refuse calls
@@ -295,11 +318,11 @@ for i = 1, tonumber(ARGV[1]) do
       elseif ARGV[a + 1] == 'a' then
         stopped = r[4] == 0
       else
-        stopped = r[1] == 1 and tonumber(ARGV[a + 2]) < r[3] + tonumber(ARGV[a + 4])
+        stopped = r[1] == 1 and tonumber(ARGV[a + 2]) < r[3] + tonumber(ARGV[a + 3])
       end
     end
   end
 end
 flush()
 return out
-`)
+`

@@ -231,17 +231,33 @@ func (s *Store) breakerArgs(op state.BreakerOp) ([]any, error) {
 	if n > maxEnds {
 		return nil, fmt.Errorf("redisstate: a record of %d ends, more than %d in one step", op.N, maxEnds)
 	}
-	return []any{kind, op.Now.UnixMicro(),
-		op.FailureThreshold, op.Delay.Microseconds(), op.HalfOpenProbes, op.SuccessThreshold, ttlMs(op.TTL),
-		strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
-		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), op.ProbeLease.Microseconds(), n}, nil
+	args := []any{kind, op.Now.UnixMicro(), op.Delay.Microseconds(), op.HalfOpenProbes, ttlMs(op.TTL), op.ProbeLease.Microseconds(),
+		op.FailureThreshold, op.SuccessThreshold, strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
+		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), n}
+	if op.Kind == state.BreakerAcquire {
+		return args[:acquireArgs], nil // all an acquire reads (the script's comment)
+	}
+	return args, nil
 }
+
+// acquireArgs is how many of a breaker step's arguments an acquire reads.
+const acquireArgs = 6
 
 // maxEnds bounds state.BreakerOp.N: a record step's ends are a loop of the
 // script, which holds Redis's one thread while it runs.
 const maxEnds = 1 << 16
 
 func breakerView(res []any) (state.BreakerView, error) {
+	if len(res) == grantedClosed {
+		// A closed breaker's grant, the script's short reply: the rest of
+		// the view is the same for every such grant.
+		n, err := ints(res, grantedClosed)
+		if err != nil {
+			return state.BreakerView{}, err
+		}
+		return state.BreakerView{State: circuitbreaker.ClosedState, Gen: uint64(n[0]), OpenedAt: time.UnixMicro(n[1]), Granted: true,
+			From: circuitbreaker.ClosedState, Executions: uint(n[2]), Failures: uint(n[3]), Successes: uint(n[4])}, nil
+	}
 	n, err := ints(res, 10)
 	if err != nil {
 		return state.BreakerView{}, err
@@ -305,6 +321,11 @@ func ratioView(res []any) (state.RatioView, error) {
 
 // ttlMs is a key's expiry in whole milliseconds, at least one.
 func ttlMs(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// grantedClosed is the length of the script's short reply to an acquire
+// that a closed breaker grants: its generation, when it last opened, and
+// its executions, failures and successes.
+const grantedClosed = 5
 
 func ints(res []any, n int) ([]int64, error) {
 	if len(res) != n {
