@@ -46,6 +46,9 @@ type Store struct {
 	rdb     redis.Scripter
 	ns      string
 	timeout time.Duration
+	// transitions is the channel a breaker's transition is published on,
+	// made once: every step names it.
+	transitions string
 
 	// With Watch: the highest generation heard per breaker key, and the
 	// subscription's end.
@@ -66,7 +69,7 @@ func New(rdb redis.Scripter, opts Options) *Store {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	s := &Store{rdb: rdb, ns: opts.Namespace, timeout: opts.Timeout}
+	s := &Store{rdb: rdb, ns: opts.Namespace, timeout: opts.Timeout, transitions: opts.Namespace + ":moved"}
 	if sub, ok := rdb.(subscriber); ok && opts.Watch {
 		ctx, stop := context.WithCancel(context.Background())
 		s.stop, s.done = stop, make(chan struct{})
@@ -80,7 +83,7 @@ type subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
-func (s *Store) channel() string { return s.ns + ":moved" }
+func (s *Store) channel() string { return s.transitions }
 
 // listen keeps the generations the transitions published carry, until ctx
 // ends. A message lost while the subscription reconnects costs nothing
@@ -231,17 +234,14 @@ func (s *Store) breakerArgs(op state.BreakerOp) ([]any, error) {
 	if n > maxEnds {
 		return nil, fmt.Errorf("redisstate: a record of %d ends, more than %d in one step", op.N, maxEnds)
 	}
-	args := []any{kind, op.Now.UnixMicro(), op.Delay.Microseconds(), op.HalfOpenProbes, ttlMs(op.TTL), op.ProbeLease.Microseconds(),
-		op.FailureThreshold, op.SuccessThreshold, strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
-		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), n}
+	// An acquire is sent the first six, all it reads (the script's comment).
+	args := []any{kind, op.Now.UnixMicro(), op.Delay.Microseconds(), op.HalfOpenProbes, ttlMs(op.TTL), op.ProbeLease.Microseconds()}
 	if op.Kind == state.BreakerAcquire {
-		return args[:acquireArgs], nil // all an acquire reads (the script's comment)
+		return args, nil
 	}
-	return args, nil
+	return append(args, op.FailureThreshold, op.SuccessThreshold, strconv.FormatUint(op.Gen, 10), probe, int(op.Count), int(op.To),
+		strconv.FormatFloat(rate, 'g', -1, 64), op.MinimumCalls, state.RateBucket(op.Now, op.Window), n), nil
 }
-
-// acquireArgs is how many of a breaker step's arguments an acquire reads.
-const acquireArgs = 6
 
 // maxEnds bounds state.BreakerOp.N: a record step's ends are a loop of the
 // script, which holds Redis's one thread while it runs.
