@@ -91,6 +91,12 @@ type Breaker struct {
 	// attempt while it is open), it is read without taking the lock the
 	// steps of every other call hold.
 	now atomic.Int32
+	// closedGen is 1 + the local record's generation while it is closed,
+	// 0 while it is not, written with now. A closed record grants an
+	// acquire without a change (the rule's own answer), so the local
+	// acquire of a closed breaker, every call's, reads it and takes no
+	// lock: the grant is ordered before any step that holds the lock.
+	closedGen atomic.Uint64
 
 	watchMu  sync.Mutex
 	watchers atomic.Pointer[[]watcher] // copied on write: notify reads them without a lock
@@ -123,7 +129,11 @@ func (b *Breaker) Watch(key any, f func(from, to circuitbreaker.State)) bool {
 }
 
 // NewBreaker returns a closed breaker.
-func NewBreaker(lim BreakerLimits) *Breaker { return &Breaker{lim: lim} }
+func NewBreaker(lim BreakerLimits) *Breaker {
+	b := &Breaker{lim: lim}
+	b.closedGen.Store(1) // a new record is closed, in generation 0
+	return b
+}
 
 // Limits returns the breaker's settings.
 func (b *Breaker) Limits() BreakerLimits { return b.lim }
@@ -369,6 +379,9 @@ func (b *Breaker) answered(v state.BreakerView, err error) {
 }
 
 func (b *Breaker) acquireLocal(clk clock.Clock) (Permit, bool) {
+	if g := b.closedGen.Load(); g != 0 {
+		return Permit{gen: g - 1}, true
+	}
 	v := b.local(state.BreakerOp{Kind: state.BreakerAcquire}, clk)
 	return Permit{gen: v.Gen, probe: v.Probe}, v.Granted
 }
@@ -488,6 +501,11 @@ func (b *Breaker) State() circuitbreaker.State {
 
 // publish stores the state State reports; the caller holds mu.
 func (b *Breaker) publish() {
+	if b.rec.State == circuitbreaker.ClosedState {
+		b.closedGen.Store(b.rec.Gen + 1)
+	} else {
+		b.closedGen.Store(0)
+	}
 	st := b.rec.State
 	if b.sharedView() {
 		st = b.view.State

@@ -72,7 +72,12 @@ func (r *BreakerEntry) Apply(op BreakerOp) BreakerView {
 	// A step that changes nothing (a refusal, a closed breaker's grant, a
 	// stale end) writes nothing, its expiry included: a store then need
 	// not write either.
-	before := *r
+	// A local record (no TTL) keeps no expiry: it needs no copy to
+	// compare with.
+	var before BreakerEntry
+	if op.TTL > 0 {
+		before = *r
+	}
 	v := BreakerView{}
 	transition := func(to circuitbreaker.State) {
 		if r.State == to {
