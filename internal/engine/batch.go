@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/retrace-go/retrace/policies/state"
 )
@@ -41,7 +42,20 @@ func (d Deferred) Held() bool {
 type Pending struct {
 	mu    sync.Mutex
 	steps []Deferred
+	// n is len(steps), written with it under mu: a call on a local
+	// breaker and budgets defers nothing, and the loop's look at its
+	// Pending at every retry then takes no lock.
+	n atomic.Int32
 }
+
+// set replaces the steps; the caller holds mu.
+func (p *Pending) set(steps []Deferred) {
+	p.steps = steps
+	p.n.Store(int32(len(steps)))
+}
+
+// empty reports whether nothing is pending (a nil Pending defers nothing).
+func (p *Pending) empty() bool { return p == nil || p.n.Load() == 0 }
 
 // PendingUser is an Attempter whose attempts take the call's pending
 // steps. Do asks it for the call's Pending before the first attempt: an
@@ -58,14 +72,14 @@ func (p *Pending) Add(d Deferred) bool {
 		return false
 	}
 	p.mu.Lock()
-	p.steps = append(p.steps, d)
+	p.set(append(p.steps, d))
 	p.mu.Unlock()
 	return true
 }
 
 // take removes the steps on st and returns them, in the order they came.
 func (p *Pending) take(st state.State) []Deferred {
-	if p == nil {
+	if p.empty() {
 		return nil
 	}
 	p.mu.Lock()
@@ -78,7 +92,7 @@ func (p *Pending) take(st state.State) []Deferred {
 			keep = append(keep, d)
 		}
 	}
-	p.steps = keep
+	p.set(keep)
 	return out
 }
 
@@ -86,7 +100,7 @@ func (p *Pending) take(st state.State) []Deferred {
 // and removes them: their owners count them now, so that a step of theirs
 // made next carries them.
 func (p *Pending) settleHeld() {
-	if p == nil {
+	if p.empty() {
 		return
 	}
 	p.mu.Lock()
@@ -98,7 +112,7 @@ func (p *Pending) settleHeld() {
 			keep = append(keep, d)
 		}
 	}
-	p.steps = keep
+	p.set(keep)
 	p.mu.Unlock()
 	for _, d := range held {
 		d.Done(state.StepResult{}, nil)
@@ -107,7 +121,7 @@ func (p *Pending) settleHeld() {
 
 // drop tells the call records on st that the call was never made.
 func (p *Pending) drop(st state.State) {
-	if p == nil {
+	if p.empty() {
 		return
 	}
 	p.mu.Lock()
@@ -119,7 +133,7 @@ func (p *Pending) drop(st state.State) {
 			keep = append(keep, d)
 		}
 	}
-	p.steps = keep
+	p.set(keep)
 	p.mu.Unlock()
 	for _, d := range dropped {
 		d.Done(state.StepResult{Skipped: true}, nil)
@@ -128,7 +142,7 @@ func (p *Pending) drop(st state.State) {
 
 // flush sends every step still pending, a batch per State.
 func (p *Pending) flush(ctx context.Context) {
-	if p == nil {
+	if p.empty() {
 		return
 	}
 	for {
