@@ -79,63 +79,41 @@ func (p *Pending) Add(d Deferred) bool {
 
 // take removes the steps on st and returns them, in the order they came.
 func (p *Pending) take(st state.State) []Deferred {
+	return p.remove(func(d Deferred) bool { return d.State == st })
+}
+
+// remove removes the steps out says yes to and returns them, in the
+// order they came.
+func (p *Pending) remove(out func(Deferred) bool) []Deferred {
 	if p.empty() {
 		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out, keep []Deferred
+	var taken, keep []Deferred
 	for _, d := range p.steps {
-		if d.State == st {
-			out = append(out, d)
+		if out(d) {
+			taken = append(taken, d)
 		} else {
 			keep = append(keep, d)
 		}
 	}
 	p.set(keep)
-	return out
+	return taken
 }
 
 // settleHeld tells the held steps (see [Deferred.Held]) that they went,
 // and removes them: their owners count them now, so that a step of theirs
 // made next carries them.
 func (p *Pending) settleHeld() {
-	if p.empty() {
-		return
-	}
-	p.mu.Lock()
-	var held, keep []Deferred
-	for _, d := range p.steps {
-		if d.Held() {
-			held = append(held, d)
-		} else {
-			keep = append(keep, d)
-		}
-	}
-	p.set(keep)
-	p.mu.Unlock()
-	for _, d := range held {
+	for _, d := range p.remove(Deferred.Held) {
 		d.Done(state.StepResult{}, nil)
 	}
 }
 
 // drop tells the call records on st that the call was never made.
 func (p *Pending) drop(st state.State) {
-	if p.empty() {
-		return
-	}
-	p.mu.Lock()
-	var dropped, keep []Deferred
-	for _, d := range p.steps {
-		if d.State == st && d.Call {
-			dropped = append(dropped, d)
-		} else {
-			keep = append(keep, d)
-		}
-	}
-	p.set(keep)
-	p.mu.Unlock()
-	for _, d := range dropped {
+	for _, d := range p.remove(func(d Deferred) bool { return d.State == st && d.Call }) {
 		d.Done(state.StepResult{Skipped: true}, nil)
 	}
 }
