@@ -19,12 +19,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/retrace-go/retrace/retracetest"
 	"github.com/retrace-go/retrace/telemetry"
@@ -332,19 +327,16 @@ func readTraces(t *testing.T, path string) ([]string, map[string]expected) {
 	defer f.Close()
 	rs, err := setup.ReadOTLPJSON(f)
 	require.NoError(t, err)
+	all, err := setup.ReadOnlySpans(rs)
+	require.NoError(t, err)
 	var order []string
 	byTrace := map[string][]sdktrace.ReadOnlySpan{}
-	for _, r := range rs {
-		for _, ss := range r.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				ro := readOnly(s)
-				id := ro.SpanContext().TraceID().String()
-				if _, ok := byTrace[id]; !ok {
-					order = append(order, id)
-				}
-				byTrace[id] = append(byTrace[id], ro)
-			}
+	for _, ro := range all {
+		id := ro.SpanContext().TraceID().String()
+		if _, ok := byTrace[id]; !ok {
+			order = append(order, id)
 		}
+		byTrace[id] = append(byTrace[id], ro)
 	}
 	out := map[string]expected{}
 	for id, spans := range byTrace {
@@ -363,39 +355,3 @@ func readTraces(t *testing.T, path string) ([]string, map[string]expected) {
 	return order, out
 }
 
-// readOnly is an OTLP span as the SDK's read-only span: its IDs and its
-// attributes, which is what TraceCounts reads.
-func readOnly(s *tracepb.Span) sdktrace.ReadOnlySpan {
-	var tid trace.TraceID
-	var sid, pid trace.SpanID
-	copy(tid[:], s.GetTraceId())
-	copy(sid[:], s.GetSpanId())
-	copy(pid[:], s.GetParentSpanId())
-	st := tracetest.SpanStub{
-		Name:        s.GetName(),
-		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid}),
-		StartTime:   time.Unix(0, int64(s.GetStartTimeUnixNano())),
-		EndTime:     time.Unix(0, int64(s.GetEndTimeUnixNano())),
-	}
-	if pid.IsValid() {
-		st.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: pid})
-	}
-	for _, kv := range s.GetAttributes() {
-		st.Attributes = append(st.Attributes, attribute.KeyValue{Key: attribute.Key(kv.GetKey()), Value: value(kv.GetValue())})
-	}
-	return st.Snapshot()
-}
-
-func value(v *commonpb.AnyValue) attribute.Value {
-	switch x := v.GetValue().(type) {
-	case *commonpb.AnyValue_StringValue:
-		return attribute.StringValue(x.StringValue)
-	case *commonpb.AnyValue_IntValue:
-		return attribute.Int64Value(x.IntValue)
-	case *commonpb.AnyValue_DoubleValue:
-		return attribute.Float64Value(x.DoubleValue)
-	case *commonpb.AnyValue_BoolValue:
-		return attribute.BoolValue(x.BoolValue)
-	}
-	return attribute.StringValue(v.String())
-}

@@ -12,15 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
-	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/retrace-go/retrace/telemetry/setup"
 )
@@ -157,20 +150,14 @@ func (d *demo) importTraces(path, from string, ids ...trace.TraceID) error {
 	if err != nil {
 		return fmt.Errorf("%s's spans: %w", from, err)
 	}
+	all, err := setup.ReadOnlySpans(rss)
+	if err != nil {
+		return fmt.Errorf("%s: %w", from, err)
+	}
 	var spans []sdktrace.ReadOnlySpan
-	for _, rs := range rss {
-		res := resource.NewSchemaless(keyValuesOf(rs.GetResource().GetAttributes())...)
-		for _, ss := range rs.ScopeSpans {
-			scope := instrumentation.Scope{Name: ss.GetScope().GetName(), Version: ss.GetScope().GetVersion()}
-			for _, s := range ss.Spans {
-				stub, err := stubOf(s, res, scope)
-				if err != nil {
-					return fmt.Errorf("%s: %w", from, err)
-				}
-				if slices.Contains(ids, stub.SpanContext.TraceID()) {
-					spans = append(spans, stub.Snapshot())
-				}
-			}
+	for _, s := range all {
+		if slices.Contains(ids, s.SpanContext().TraceID()) {
+			spans = append(spans, s)
 		}
 	}
 	if len(spans) == 0 {
@@ -182,62 +169,3 @@ func (d *demo) importTraces(path, from string, ids ...trace.TraceID) error {
 	return nil
 }
 
-func stubOf(s *tracepb.Span, res *resource.Resource, scope instrumentation.Scope) (tracetest.SpanStub, error) {
-	var tid trace.TraceID
-	var sid, pid trace.SpanID
-	if len(s.TraceId) != len(tid) || len(s.SpanId) != len(sid) {
-		return tracetest.SpanStub{}, fmt.Errorf("span %q has no valid IDs", s.Name)
-	}
-	copy(tid[:], s.TraceId)
-	copy(sid[:], s.SpanId)
-	stub := tracetest.SpanStub{
-		Name:                 s.Name,
-		SpanContext:          trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}),
-		SpanKind:             trace.SpanKind(s.Kind),
-		StartTime:            time.Unix(0, int64(s.StartTimeUnixNano)),
-		EndTime:              time.Unix(0, int64(s.EndTimeUnixNano)),
-		Attributes:           keyValuesOf(s.Attributes),
-		Resource:             res,
-		InstrumentationScope: scope,
-	}
-	if len(s.ParentSpanId) == len(pid) {
-		copy(pid[:], s.ParentSpanId)
-		stub.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: pid, TraceFlags: trace.FlagsSampled})
-	}
-	for _, e := range s.Events {
-		stub.Events = append(stub.Events, sdktrace.Event{Name: e.Name, Time: time.Unix(0, int64(e.TimeUnixNano)), Attributes: keyValuesOf(e.Attributes)})
-	}
-	if st := s.GetStatus(); st != nil {
-		switch st.Code {
-		case tracepb.Status_STATUS_CODE_ERROR:
-			stub.Status = sdktrace.Status{Code: codes.Error, Description: st.Message}
-		case tracepb.Status_STATUS_CODE_OK:
-			stub.Status = sdktrace.Status{Code: codes.Ok}
-		}
-	}
-	return stub, nil
-}
-
-func keyValuesOf(kvs []*commonpb.KeyValue) []attribute.KeyValue {
-	out := make([]attribute.KeyValue, 0, len(kvs))
-	for _, kv := range kvs {
-		k := attribute.Key(kv.Key)
-		switch v := kv.GetValue().GetValue().(type) {
-		case *commonpb.AnyValue_StringValue:
-			out = append(out, k.String(v.StringValue))
-		case *commonpb.AnyValue_IntValue:
-			out = append(out, k.Int64(v.IntValue))
-		case *commonpb.AnyValue_BoolValue:
-			out = append(out, k.Bool(v.BoolValue))
-		case *commonpb.AnyValue_DoubleValue:
-			out = append(out, k.Float64(v.DoubleValue))
-		case *commonpb.AnyValue_ArrayValue:
-			var ss []string
-			for _, x := range v.ArrayValue.GetValues() {
-				ss = append(ss, x.GetStringValue())
-			}
-			out = append(out, k.StringSlice(ss))
-		}
-	}
-	return out
-}
