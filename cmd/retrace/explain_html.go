@@ -67,7 +67,10 @@ func explainHTML(rs []*tracepb.ResourceSpans, id, from, path string, stdout io.W
 		}
 		order, byTrace = []string{id}, map[string][]sdktrace.ReadOnlySpan{id: spans}
 	} else {
-		order, byTrace = splitTraces(rs)
+		var err error
+		if order, byTrace, err = splitTraces(rs); err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
 		if len(order) == 0 {
 			return fmt.Errorf("%s holds no spans", from)
 		}

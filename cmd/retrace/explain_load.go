@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,11 +15,8 @@ import (
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.opentelemetry.io/otel/trace"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/retrace-go/retrace/telemetry"
@@ -195,7 +191,10 @@ func readFile(path string, limit byteSize) ([]*tracepb.ResourceSpans, error) {
 // pickTrace returns the spans of trace id, or, with no id, of the only
 // trace there is. from names where they came from, for the errors.
 func pickTrace(rs []*tracepb.ResourceSpans, id, from string) ([]sdktrace.ReadOnlySpan, error) {
-	order, byTrace := splitTraces(rs)
+	order, byTrace, err := splitTraces(rs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
 	if id != "" {
 		spans, ok := byTrace[strings.ToLower(id)]
 		if !ok {
@@ -213,21 +212,22 @@ func pickTrace(rs []*tracepb.ResourceSpans, id, from string) ([]sdktrace.ReadOnl
 }
 
 // splitTraces groups the spans by trace: the trace IDs (hex) in the order
-// their first span came, and each trace's spans in the order they came.
-func splitTraces(rs []*tracepb.ResourceSpans) (order []string, byTrace map[string][]sdktrace.ReadOnlySpan) {
-	byTrace = map[string][]sdktrace.ReadOnlySpan{}
-	for _, r := range rs {
-		for _, ss := range r.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				tid := hex.EncodeToString(s.GetTraceId())
-				if _, ok := byTrace[tid]; !ok {
-					order = append(order, tid)
-				}
-				byTrace[tid] = append(byTrace[tid], stub(s).Snapshot())
-			}
-		}
+// their first span came, and each trace's spans in the order they came,
+// every text made printable (see printableSpan).
+func splitTraces(rs []*tracepb.ResourceSpans) (order []string, byTrace map[string][]sdktrace.ReadOnlySpan, err error) {
+	spans, err := setup.ReadOnlySpans(rs)
+	if err != nil {
+		return nil, nil, err
 	}
-	return order, byTrace
+	byTrace = map[string][]sdktrace.ReadOnlySpan{}
+	for _, s := range spans {
+		tid := s.SpanContext().TraceID().String()
+		if _, ok := byTrace[tid]; !ok {
+			order = append(order, tid)
+		}
+		byTrace[tid] = append(byTrace[tid], printableSpan(s))
+	}
+	return order, byTrace, nil
 }
 
 // maxListed is the most traces an error lists one by one; past it, traces
@@ -310,65 +310,38 @@ func describeRoot(spans []sdktrace.ReadOnlySpan) (about, kind string) {
 	return strings.Join(parts, ", "), kind
 }
 
-// stub turns an OTLP span into the SDK's read-only form, so that the tree
-// is printed as the console exporter prints it. Every text is made
-// printable on the way in (see printable).
-func stub(s *tracepb.Span) tracetest.SpanStub {
-	var tid trace.TraceID
-	var sid, pid trace.SpanID
-	copy(tid[:], s.GetTraceId())
-	copy(sid[:], s.GetSpanId())
-	copy(pid[:], s.GetParentSpanId())
-	st := tracetest.SpanStub{
-		Name:        printable(s.GetName()),
-		SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}),
-		SpanKind:    trace.SpanKind(s.GetKind()),
-		StartTime:   time.Unix(0, int64(s.GetStartTimeUnixNano())),
-		EndTime:     time.Unix(0, int64(s.GetEndTimeUnixNano())),
-		Attributes:  attrs(s.GetAttributes()),
-		Status:      sdktrace.Status{Description: printable(s.GetStatus().GetMessage())},
+// printableSpan is s with every text it holds made printable (see
+// printable): its name, status, string attributes and events, so that the
+// tree is printed as the console exporter prints it and no text of the
+// file reaches the terminal as it was.
+func printableSpan(s sdktrace.ReadOnlySpan) sdktrace.ReadOnlySpan {
+	st := tracetest.SpanStubFromReadOnlySpan(s)
+	st.Name = printable(st.Name)
+	st.Status.Description = printable(st.Status.Description)
+	st.Attributes = printableAttrs(st.Attributes)
+	for i := range st.Events {
+		st.Events[i].Name = printable(st.Events[i].Name)
+		st.Events[i].Attributes = printableAttrs(st.Events[i].Attributes)
 	}
-	if pid.IsValid() {
-		st.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: pid, TraceFlags: trace.FlagsSampled})
-	}
-	switch s.GetStatus().GetCode() {
-	case tracepb.Status_STATUS_CODE_ERROR:
-		st.Status.Code = codes.Error
-	case tracepb.Status_STATUS_CODE_OK:
-		st.Status.Code = codes.Ok
-	}
-	for _, e := range s.GetEvents() {
-		st.Events = append(st.Events, sdktrace.Event{Name: printable(e.GetName()), Time: time.Unix(0, int64(e.GetTimeUnixNano())), Attributes: attrs(e.GetAttributes())})
-	}
-	return st
+	return st.Snapshot()
 }
 
-func attrs(kvs []*commonpb.KeyValue) []attribute.KeyValue {
-	out := make([]attribute.KeyValue, 0, len(kvs))
-	for _, kv := range kvs {
-		out = append(out, attribute.KeyValue{Key: attribute.Key(kv.GetKey()), Value: value(kv.GetValue())})
+func printableAttrs(kvs []attribute.KeyValue) []attribute.KeyValue {
+	out := make([]attribute.KeyValue, len(kvs))
+	for i, kv := range kvs {
+		switch kv.Value.Type() {
+		case attribute.STRING:
+			kv.Value = attribute.StringValue(printable(kv.Value.AsString()))
+		case attribute.STRINGSLICE:
+			ss := kv.Value.AsStringSlice()
+			for j := range ss {
+				ss[j] = printable(ss[j])
+			}
+			kv.Value = attribute.StringSliceValue(ss)
+		}
+		out[i] = kv
 	}
 	return out
-}
-
-func value(v *commonpb.AnyValue) attribute.Value {
-	switch x := v.GetValue().(type) {
-	case *commonpb.AnyValue_StringValue:
-		return attribute.StringValue(printable(x.StringValue))
-	case *commonpb.AnyValue_IntValue:
-		return attribute.Int64Value(x.IntValue)
-	case *commonpb.AnyValue_DoubleValue:
-		return attribute.Float64Value(x.DoubleValue)
-	case *commonpb.AnyValue_BoolValue:
-		return attribute.BoolValue(x.BoolValue)
-	case *commonpb.AnyValue_ArrayValue:
-		var ss []string
-		for _, e := range x.ArrayValue.GetValues() {
-			ss = append(ss, value(e).String())
-		}
-		return attribute.StringSliceValue(ss)
-	}
-	return attribute.StringValue("")
 }
 
 // printable returns s with every control character (a newline, an escape

@@ -128,6 +128,15 @@ func TestExplainNamesEachTrace(t *testing.T) {
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
 	_, stderr = explainRun(t, 1, "-otlp-file", empty)
 	assert.Contains(t, stderr, empty+" holds no spans")
+
+	// A span that names no trace cannot be placed in one: a clear error,
+	// not a tree with a trace of zeros, with -html too.
+	orphan := filepath.Join(t.TempDir(), "orphan.json")
+	require.NoError(t, os.WriteFile(orphan, []byte(`{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"runtime"}]}]}]}`), 0o600))
+	_, stderr = explainRun(t, 1, "-otlp-file", orphan)
+	assert.Contains(t, stderr, orphan+`: setup: span "runtime" has no valid trace and span IDs`)
+	_, stderr = explainRun(t, 1, "-otlp-file", orphan, "-html", filepath.Join(t.TempDir(), "page.html"))
+	assert.Contains(t, stderr, `span "runtime" has no valid trace and span IDs`)
 }
 
 func TestByteSizeFlag(t *testing.T) {

@@ -354,4 +354,3 @@ func readTraces(t *testing.T, path string) ([]string, map[string]expected) {
 	}
 	return order, out
 }
-

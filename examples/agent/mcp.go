@@ -168,4 +168,3 @@ func (d *demo) importTraces(path, from string, ids ...trace.TraceID) error {
 	}
 	return nil
 }
-
