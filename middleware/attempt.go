@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
@@ -93,13 +94,24 @@ func (c *call[Req, Resp]) attemptEnded(n int, delay time.Duration, err error, cl
 
 // endAttempt ends an attempt span with all its attributes in one call: its
 // number, the backoff it waited, and how it failed, if it did. An attempt
-// that waited no backoff and succeeded sets the layer's attributes made for
-// it beforehand (okAttrs).
+// that waited no backoff sets the layer's attributes made for it
+// beforehand: okAttrs' when it succeeded, failedAttrs' when it failed in
+// one of the ways the layer keeps them for.
 func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
-	if ok := c.l.ok.attempts; err == nil && delay <= 0 && n >= 1 && n <= len(ok) {
-		span.SetAttributes(ok[n-1]...)
-		span.End()
-		return
+	if ok := c.l.ok.attempts; delay <= 0 && n >= 1 && n <= len(ok) {
+		if err == nil {
+			span.SetAttributes(ok[n-1]...)
+			span.End()
+			return
+		}
+		if known := c.known(); len(known) == 0 {
+			if attrs := c.l.failed.of(n, len(ok), cls); attrs != nil {
+				span.SetAttributes(attrs...)
+				span.SetStatus(codes.Error, c.failures().status.of(known, err))
+				span.End()
+				return
+			}
+		}
 	}
 	buf := c.l.attrBuf()
 	defer c.l.attrs.Put(buf)
@@ -112,6 +124,77 @@ func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration
 	span.SetAttributes(attrs...)
 	span.End()
 	*buf = attrs
+}
+
+// failedAttrs are the attributes of a layer's attempt spans that failed
+// with one classification, without a backoff before them, by attempt
+// number: made once, as okAttrs are for a success, so that such an attempt
+// builds none. A layer fails in a few ways, again and again (a provider
+// that is down answers 503 to every call), and what the attributes say of
+// a failure is low in cardinality by design: its class, error.type and the
+// rule that decided. A Retry-After hint is not: a failure that carries one
+// builds its attributes, as one beside a known secret does, whose type or
+// reason may echo it.
+type failedAttrs struct {
+	class       policies.Class
+	typ, reason string
+	attempts    [][]attribute.KeyValue // attempts[n-1]: attempt n's
+}
+
+// failedKinds is how many classifications a layer makes failedAttrs for:
+// the first it fails with. A failure of any other builds its attributes
+// when it ends, so that a layer's memory stays bounded whatever its
+// errors say.
+const failedKinds = 8
+
+// failedMemo holds a layer's failedAttrs, filled in the order its
+// classifications first fail an attempt; a slot, once filled, never
+// changes, so that a call reads it without a lock.
+type failedMemo [failedKinds]atomic.Pointer[failedAttrs]
+
+// of returns the attributes of attempt n that failed with cls, of a layer
+// whose attempt spans okAttrs numbers up to max; made now when cls is new
+// and a slot is free; nil when the layer keeps none for cls.
+func (m *failedMemo) of(n, max int, cls policies.Classification) []attribute.KeyValue {
+	if cls.RetryAfter > 0 {
+		return nil
+	}
+	for i := range m {
+		f := m[i].Load()
+		if f == nil {
+			f = newFailedAttrs(cls, max)
+			if !m[i].CompareAndSwap(nil, f) {
+				// Another call filled the slot first: it may have been
+				// with cls.
+				if f = m[i].Load(); !f.is(cls) {
+					continue
+				}
+			}
+			return f.attempts[n-1]
+		}
+		if f.is(cls) {
+			return f.attempts[n-1]
+		}
+	}
+	return nil
+}
+
+func (f *failedAttrs) is(cls policies.Classification) bool {
+	return f.class == cls.Class && f.typ == cls.Type && f.reason == cls.Reason
+}
+
+// newFailedAttrs makes the attributes of attempts 1 to max failing with
+// cls (no Retry-After), in one array, each attempt's clipped so that no
+// append reaches the next's.
+func newFailedAttrs(cls policies.Classification, max int) *failedAttrs {
+	f := &failedAttrs{class: cls.Class, typ: cls.Type, reason: cls.Reason, attempts: make([][]attribute.KeyValue, max)}
+	all := make([]attribute.KeyValue, 0, max*(1+failureAttrs))
+	for n := 1; n <= max; n++ {
+		from := len(all)
+		all = appendFailure(nil, attemptAttrs(all, n, 0), cls)
+		f.attempts[n-1] = all[from:len(all):len(all)]
+	}
+	return f
 }
 
 // attemptAttrs appends an attempt span's attributes but its failure's: its

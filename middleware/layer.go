@@ -138,6 +138,7 @@ type layer[Req, Resp any] struct {
 	state         *stateMeter                 // decisions made locally when a shared state failed
 	attrs         sync.Pool                   // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
 	ok            okAttrs                     // the attributes of a call that succeeds at its first attempt, made once
+	failed        failedMemo                  // the attributes of attempts that failed in the ways the layer fails, made once for each (attempt.go)
 }
 
 type tracerFor struct {

@@ -19,6 +19,10 @@ import (
 	"github.com/retrace-go/retrace/telemetry"
 )
 
+// failureAttrs is how many attributes appendFailure appends for a failure
+// without a Retry-After hint: class, error.type and reason.
+const failureAttrs = 3
+
 // appendFailure appends a failure's attributes: retrace.error.class,
 // error.type, retrace.error.reason and, if the server or a breaker gave
 // one, its Retry-After hint.

@@ -3,8 +3,13 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go"
 
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/stretchr/testify/assert"
@@ -12,7 +17,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/semconv"
 	"github.com/retrace-go/retrace/middleware"
 	"github.com/retrace-go/retrace/policies"
@@ -235,5 +242,110 @@ func TestFailureAttributes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The attributes a layer makes once for attempts that fail (class,
+// error.type, reason by attempt number) are each failure's own, whatever
+// order the failures come in and however many ways the layer fails: more
+// than it keeps them for, ways that differ in one attribute only, a
+// Retry-After hint, and calls that fail in different ways at once.
+func TestFailedAttemptAttributesAreEachFailures(t *testing.T) {
+	rec, tp := recorder(t)
+	// kinds are more ways to fail than a layer keeps attributes for; some
+	// differ from another only in their type or their reason.
+	type kind struct{ typ, reason string }
+	var kinds []kind
+	for i := range 12 {
+		kinds = append(kinds, kind{fmt.Sprintf("type-%d", i%5), fmt.Sprintf("reason-%d", i%7)})
+	}
+	kinds = append(kinds, kind{"type-0", ""})
+	// Call i fails attempt n with kinds[(i+n)%len(kinds)], and every
+	// fourth call's second attempt with a Retry-After hint besides.
+	failOf := func(i, n int) (kind, time.Duration) {
+		var after time.Duration
+		if i%4 == 0 && n == 2 {
+			after = time.Duration(i+1) * time.Millisecond
+		}
+		return kinds[(i+n)%len(kinds)], after
+	}
+	var calls sync.Map // trace ID → the call's request
+	layer := middleware.Layer[int, string]("tool", middleware.Spec[string]{Policies: []failsafe.Policy[string]{
+		policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3, MaxRetryAfter: time.Hour, Clock: clock.NewVirtual(epoch)}),
+	}}, tp)
+	call := layer(func(ctx context.Context, i int) (string, error) {
+		calls.Store(trace.SpanContextFromContext(ctx).TraceID(), i)
+		a, _ := middleware.AttemptFrom(ctx)
+		k, after := failOf(i, a.N)
+		return "", &policies.Error{Class: policies.Transient, Type: k.typ, Reason: k.reason, RetryAfter: after}
+	})
+	const n = 40
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			for i := g; i < n; i += 2 {
+				_, err := call(context.Background(), i)
+				assert.Error(t, err)
+			}
+		})
+	}
+	wg.Wait()
+	checked := 0
+	for _, s := range rec.Ended() {
+		a, ok := attr(s, telemetry.Attempt)
+		if !ok {
+			continue
+		}
+		i, ok := calls.Load(s.SpanContext().TraceID())
+		require.True(t, ok, "a span of no call")
+		k, after := failOf(i.(int), int(a.AsInt64()))
+		reason := k.reason
+		if reason == "" {
+			reason = "explicit transient" // what an Error that names its class but no rule reads as
+		}
+		want := []attribute.KeyValue{telemetry.Attempt.Int64(a.AsInt64()), telemetry.ErrorClass.String("transient"),
+			semconv.ErrorType.String(k.typ), telemetry.ErrorReason.String(reason)}
+		if after > 0 {
+			want = append(want, telemetry.RetryAfterMs.Int64(after.Milliseconds()))
+		}
+		if d, ok := attr(s, telemetry.RetryDelayMs); ok {
+			want = append(want, telemetry.RetryDelayMs.Int64(d.AsInt64())) // the wait a hint made, told as any backoff is
+		}
+		assert.Equal(t, sortedKVs(want), sorted(s), "call %d attempt %d", i, a.AsInt64())
+		checked++
+	}
+	assert.Equal(t, n*3, checked, "attempt spans checked")
+}
+
+// A failure whose type or reason echoes a credential the call's context
+// names writes neither on its attempt span, also after calls without it
+// failed the same way: what a layer made once for that failure names the
+// credential, and is not what this call's span may say.
+func TestFailedAttemptAttributesHoldNoKnownSecret(t *testing.T) {
+	const secret = "tenant-key-4f9a"
+	rec, tp := recorder(t)
+	call := middleware.Layer[string, string]("tool", spec(retry(2, 0, nil)), tp)(func(context.Context, string) (string, error) {
+		return "", &policies.Error{Class: policies.Transient, Type: secret, Reason: "rejected " + secret}
+	})
+	_, err := call(context.Background(), "q")
+	require.Error(t, err)
+	_, err = call(policies.WithSecrets(context.Background(), secret), "q")
+	require.Error(t, err)
+	var attempts []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if _, ok := attr(s, telemetry.Attempt); ok {
+			attempts = append(attempts, s)
+		}
+	}
+	require.Len(t, attempts, 4)
+	for _, s := range attempts[:2] {
+		typ, _ := attr(s, semconv.ErrorType)
+		assert.Equal(t, secret, typ.AsString(), "without the secret named, the type is the error's")
+	}
+	for _, s := range attempts[2:] {
+		typ, _ := attr(s, semconv.ErrorType)
+		reason, _ := attr(s, telemetry.ErrorReason)
+		assert.Equal(t, "_OTHER", typ.AsString())
+		assert.Equal(t, "redacted", reason.AsString())
 	}
 }
