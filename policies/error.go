@@ -146,6 +146,7 @@ type diagnosis struct {
 	text    atomic.Pointer[string]
 	claimed atomic.Bool
 	own     string
+	memo    *diagnoses // the stopping policy's last diagnosis (Error.word); nil: none is kept
 }
 
 // Error words the failure: for a layer's stop, the layer and its diagnosis

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/internal/redact"
@@ -19,7 +20,7 @@ func (e *Error) Diagnosis() string {
 			return *d
 		}
 	}
-	d := e.diagnose()
+	d := e.word()
 	if len(e.known) > 0 {
 		d = redact.Known(d, e.known) // the reason and type too: they are worded from the error's fields
 	}
@@ -30,26 +31,82 @@ func (e *Error) Diagnosis() string {
 	return d
 }
 
-func (e *Error) diagnose() string {
+// word words the diagnosis, or takes the one its policy's last stop was
+// worded with when that stop read the same: the same outcome, attempts,
+// class and rule, over an error of the same text. A layer stops the same
+// way again and again (a provider that is down, each call exhausting its
+// attempts on the same answer), and the wording redacts that text, which
+// is what a stop costs most to word. Only a stop whose context names no
+// secret, over an error whose text is redacted here, is remembered: a
+// known secret is the call's own, and a stop's text beneath was worded by
+// its own layer.
+func (e *Error) word() string {
+	var m *diagnoses
+	if e.diag != nil && len(e.known) == 0 && e.cause == nil {
+		m = e.diag.memo
+	}
+	src, raw, done := briefText(e.Err, e.known)
+	if m == nil || done || !raw {
+		return e.diagnose(finishBrief(e.Err, src, raw, done, e.known))
+	}
+	key := wordedFrom{outcome: e.Outcome, detail: e.Detail, class: e.Class, reason: e.Reason, attempts: e.Attempts, bracket: e.bracketed(), source: src}
+	if w := m.last.Load(); w != nil && w.from == key {
+		return w.text
+	}
+	w := &worded{from: key, text: e.diagnose(finishBrief(e.Err, src, raw, done, nil))}
+	m.last.Store(w)
+	return w.text
+}
+
+// diagnoses is where a retry policy remembers the last diagnosis its
+// stops were worded with (Error.word).
+type diagnoses struct{ last atomic.Pointer[worded] }
+
+// worded is a diagnosis and what it was worded from.
+type worded struct {
+	from wordedFrom
+	text string
+}
+
+// wordedFrom is what decides a stop's diagnosis: the stop's fields it
+// reads, whether it names the rule (bracketed), and the text of the error
+// beneath before redaction.
+type wordedFrom struct {
+	outcome, detail, reason string
+	class                   Class
+	attempts                int
+	bracket                 bool
+	source                  string
+}
+
+// bracketed reports whether the diagnosis names the class and the rule
+// that decided: a stop on the error's class, but an unknown one, that no
+// layer beneath stopped on already (the innermost layer says why; the
+// layers above repeat its words).
+func (e *Error) bracketed() bool {
+	if stopWords(e.Outcome) == "" || e.Outcome == telemetry.OutcomeFailedUnknown {
+		return false
+	}
+	inner, ok := errors.AsType[*Error](e.Err)
+	return !ok || inner.Outcome == ""
+}
+
+// diagnose words the diagnosis of a stop over an error beneath whose
+// brief is below.
+func (e *Error) diagnose(below string) string {
 	var b strings.Builder
 	b.Grow(diagnosisGrow)
-	bracket := func() {
-		if inner, ok := errors.AsType[*Error](e.Err); !ok || inner.Outcome == "" {
-			// The innermost layer says why; the layers above repeat its words.
+	if words := stopWords(e.Outcome); words != "" {
+		// A stop on the error's class: the words, the error, and, from the
+		// innermost layer, the rule; no rule recognised an unknown one.
+		b.WriteString(words)
+		b.WriteString(below)
+		if e.bracketed() {
 			b.WriteString(" [")
 			b.WriteString(string(e.Class))
 			b.WriteString(": ")
 			b.WriteString(e.Reason)
 			b.WriteString("]")
-		}
-	}
-	if words := stopWords(e.Outcome); words != "" {
-		// A stop on the error's class: the words, the error, and, from the
-		// innermost layer, the rule; no rule recognised an unknown one.
-		b.WriteString(words)
-		b.WriteString(brief(e.Err, e.known...))
-		if e.Outcome != telemetry.OutcomeFailedUnknown {
-			bracket()
 		}
 		return b.String()
 	}
@@ -89,7 +146,7 @@ func (e *Error) diagnose() string {
 		b.WriteString(")")
 	}
 	b.WriteString(": ")
-	b.WriteString(brief(e.Err, e.known...))
+	b.WriteString(below)
 	return b.String()
 }
 
@@ -129,31 +186,49 @@ func writeAttempts(b *strings.Builder, n int) {
 // brief is err's text for a diagnosis: redacted (known values first), on
 // one line, at most engine.CapDiagnosis bytes.
 func brief(err error, known ...string) string {
+	s, raw, done := briefText(err, known)
+	return finishBrief(err, s, raw, done, known)
+}
+
+// briefText is what brief words err from: a server's answer, or the
+// error's text with the provider's words it lacks, still to be redacted
+// (raw); a stop's own words, redacted where they were worded; or, done,
+// brief's whole answer (nil, a refusal beside the failure before it).
+func briefText(err error, known []string) (s string, raw, done bool) {
 	if err == nil {
-		return "<nil>"
+		return "<nil>", false, true
 	}
-	var s string
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		// A refusal that ended a retry beside the failure before it (a
 		// breaker that opened on it): both, in that order, said apart.
 		if errs := j.Unwrap(); len(errs) == 2 {
 			if r, ok := errs[0].(*Error); ok && isRejection(r) {
-				return engine.Truncate(brief(r, known...)+"; the last failure: "+brief(errs[1], known...), engine.CapDiagnosis)
+				return engine.Truncate(brief(r, known...)+"; the last failure: "+brief(errs[1], known...), engine.CapDiagnosis), false, true
 			}
 		}
 	}
 	switch e, ok := err.(*Error); {
 	case ok && e.Outcome != "":
-		s = e.Error() // redacted already, once, where it was worded
+		return e.Error(), false, false // redacted already, once, where it was worded
 	case ok && e.Type != typeStreamDropped && (e.StatusCode != 0 || e.Code != "" || e.Message != ""):
-		s = redact.Text(e.text(), known, 0)
-	default:
-		s = engine.ErrorText(err)
-		if api, decoded := providerAnswer(err); decoded && api.Message != "" && !strings.Contains(s, api.Message) {
-			// An SDK's own text says little ("429 Too Many Requests"): the
-			// provider's code and words say what happened.
-			s += ": " + api.text()
-		}
+		return e.text(), true, false
+	}
+	s = engine.ErrorText(err)
+	if api, decoded := providerAnswer(err); decoded && api.Message != "" && !strings.Contains(s, api.Message) {
+		// An SDK's own text says little ("429 Too Many Requests"): the
+		// provider's code and words say what happened.
+		s += ": " + api.text()
+	}
+	return s, true, false
+}
+
+// finishBrief is brief of err from its briefText s: redacted when raw, on
+// one line, cut.
+func finishBrief(err error, s string, raw, done bool, known []string) string {
+	if done {
+		return s
+	}
+	if raw {
 		s = redact.Text(s, known, 0)
 	}
 	if strings.TrimSpace(s) == "" {

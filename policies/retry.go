@@ -152,7 +152,7 @@ func NewRetry[R any](cfg RetryConfig) *Retry[R] {
 	} else if cfg.Budget != nil {
 		e.Rate, _ = cfg.Budget.(engine.RateBudget)
 	}
-	p.exec = &retryExecutor[R]{judge: judge{classifier: cfg.Classifier}, engine: e}
+	p.exec = &retryExecutor[R]{judge: judge{classifier: cfg.Classifier, diags: new(diagnoses)}, engine: e}
 	return p
 }
 
@@ -245,6 +245,7 @@ func orCanceled(err error, ctx context.Context) error {
 // executor, so that both ways of running a policy judge alike.
 type judge struct {
 	classifier *Classifier // the policy's own; nil → the layer's, else the defaults
+	diags      *diagnoses  // the last diagnosis its stops were worded with; nil: none is kept
 }
 
 // Classifier returns the policy's own classifier, nil if it has none.
@@ -293,7 +294,7 @@ func (judge) Judged(ctx context.Context, cls Classification, err error) (Classif
 // does, with its Layer, and shares its diagnosis). A copy, not a write:
 // the stop beneath may be held elsewhere (a handler may share one result
 // among callers), and an Error is never written once returned.
-func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Classification, span trace.SpanContext) error {
+func (j judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Classification, span trace.SpanContext) error {
 	if inner, ok := rep.Err.(*Error); ok && inner.Outcome != "" && rep.Attempts == 1 && rep.Why == "" && rep.Cause == nil &&
 		inner.Outcome == rep.Outcome {
 		return inner.naming(span)
@@ -321,6 +322,7 @@ func (judge) Fail(ctx context.Context, layer string, rep engine.Report, cls Clas
 		}{}
 		fe, d = &s.e, &s.d
 	}
+	d.memo = j.diags
 	*fe = Error{
 		at:    fe.at,
 		diag:  d,
