@@ -501,16 +501,23 @@ func (b *Breaker) State() circuitbreaker.State {
 
 // publish stores the state State reports; the caller holds mu.
 func (b *Breaker) publish() {
+	var g uint64
 	if b.rec.State == circuitbreaker.ClosedState {
-		b.closedGen.Store(b.rec.Gen + 1)
-	} else {
-		b.closedGen.Store(0)
+		g = b.rec.Gen + 1
 	}
 	st := b.rec.State
 	if b.sharedView() {
 		st = b.view.State
 	}
-	b.now.Store(int32(st))
+	// Written only when they change: most steps change neither (a failure
+	// below the threshold), and a store takes the line the other cores'
+	// acquires read from them.
+	if b.closedGen.Load() != g {
+		b.closedGen.Store(g)
+	}
+	if b.now.Load() != int32(st) {
+		b.now.Store(int32(st))
+	}
 }
 
 // sharedView reports whether the shared record decides now; the caller
