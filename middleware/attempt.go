@@ -107,7 +107,7 @@ func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration
 		if known := c.known(); len(known) == 0 {
 			if attrs := c.l.failed.of(n, len(ok), cls); attrs != nil {
 				span.SetAttributes(attrs...)
-				span.SetStatus(codes.Error, c.failures().status.of(known, err))
+				span.SetStatus(codes.Error, c.statusOf(known, err))
 				span.End()
 				return
 			}
@@ -119,7 +119,7 @@ func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration
 	if err != nil {
 		known := c.known()
 		attrs = appendFailure(known, attrs, cls)
-		span.SetStatus(codes.Error, c.failures().status.of(known, err))
+		span.SetStatus(codes.Error, c.statusOf(known, err))
 	}
 	span.SetAttributes(attrs...)
 	span.End()

@@ -301,7 +301,7 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome string, attempts 
 			cls.Reason, cls.RetryAfter = "", 0
 		}
 		attrs = appendFailure(known, attrs, cls)
-		c.span.SetStatus(codes.Error, c.failures().status.of(known, err))
+		c.span.SetStatus(codes.Error, c.statusOf(known, err))
 	}
 	c.span.SetAttributes(attrs...)
 	*buf = attrs

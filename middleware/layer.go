@@ -14,6 +14,7 @@ import (
 	"github.com/retrace-go/retrace/clock"
 	"github.com/retrace-go/retrace/internal/engine"
 	"github.com/retrace-go/retrace/internal/instrument"
+	"github.com/retrace-go/retrace/internal/redact"
 	"github.com/retrace-go/retrace/policies"
 )
 
@@ -139,6 +140,7 @@ type layer[Req, Resp any] struct {
 	attrs         sync.Pool                   // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
 	ok            okAttrs                     // the attributes of a call that succeeds at its first attempt, made once
 	failed        failedMemo                  // the attributes of attempts that failed in the ways the layer fails, made once for each (attempt.go)
+	statuses      redact.Memo                 // the span status texts of its failures, redacted (statusText)
 }
 
 type tracerFor struct {

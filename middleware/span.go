@@ -55,13 +55,18 @@ func appendFailure(known []string, attrs []attribute.KeyValue, c policies.Classi
 // failure (a provider's own words when it sent any): without the layer, the attempt count or the status code, which the span's
 // own attributes (retrace.diagnosis, error.type, http.response.status_code)
 // carry; redacted (the call's known secrets by exact value, secret patterns
-// besides), at most engine.CapSpanStatus bytes.
-func statusText(known []string, e error) string {
+// besides), at most engine.CapSpanStatus bytes. Without known secrets it is
+// redacted through the layer's memo (by): a layer's failures repeat their
+// words.
+func statusText(by *redact.Memo, known []string, e error) string {
 	var s string
 	if api, ok := policies.AsAnswer(e); ok && strings.TrimSpace(api.Message) != "" {
 		s = api.Message
 	} else if s = engine.ErrorText(e); strings.TrimSpace(s) == "" {
 		s = "error without a message"
+	}
+	if len(known) == 0 {
+		return by.Text(s, engine.CapSpanStatus)
 	}
 	return redact.Text(s, known, engine.CapSpanStatus)
 }
@@ -74,7 +79,7 @@ type statusMemo struct {
 	msg string
 }
 
-func (m *statusMemo) of(known []string, err error) string {
+func (m *statusMemo) of(by *redact.Memo, known []string, err error) string {
 	if err == nil {
 		return ""
 	}
@@ -84,8 +89,13 @@ func (m *statusMemo) of(known []string, err error) string {
 	if m.err != nil && reflect.TypeOf(e).Kind() == reflect.Pointer && reflect.TypeOf(m.err) == reflect.TypeOf(e) && m.err == e {
 		return m.msg
 	}
-	m.err, m.msg = e, statusText(known, e)
+	m.err, m.msg = e, statusText(by, known, e)
 	return m.msg
+}
+
+// statusOf is the span status text of err, a failure of this call.
+func (c *call[Req, Resp]) statusOf(known []string, err error) string {
+	return c.failures().status.of(&c.l.statuses, known, err)
 }
 
 // circuitState is the retrace.circuit.state value of a breaker state.

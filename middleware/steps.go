@@ -108,7 +108,7 @@ func (c *call[Req, Resp]) endPolicySpan(ctx context.Context, span trace.Span, er
 	if err != nil {
 		known := c.known()
 		span.SetAttributes(appendFailure(known, nil, c.classify(ctx, err))...)
-		span.SetStatus(codes.Error, c.failures().status.of(known, err))
+		span.SetStatus(codes.Error, c.statusOf(known, err))
 	}
 	span.End()
 }

@@ -3,6 +3,7 @@ package redact
 import (
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/retrace-go/retrace/internal/engine"
 )
@@ -115,4 +116,28 @@ func Known(s string, known []string) string {
 	}
 	b.WriteString(s[w:])
 	return b.String()
+}
+
+// Memo is Text without known values, for one sink that writes the same
+// text again and again (the span statuses of a layer whose provider is
+// down, each call failing on the same words): it remembers the last text it
+// redacted, and gives that text's redaction back without scanning it again.
+// Text is a function of its arguments alone, so a remembered answer is the
+// answer. Safe for concurrent use; the zero Memo is ready.
+type Memo struct{ last atomic.Pointer[memoed] }
+
+type memoed struct {
+	in    string
+	limit int
+	out   string
+}
+
+// Text is Text(s, nil, limit), remembered.
+func (m *Memo) Text(s string, limit int) string {
+	if l := m.last.Load(); l != nil && l.limit == limit && l.in == s {
+		return l.out
+	}
+	out := Text(s, nil, limit)
+	m.last.Store(&memoed{in: s, limit: limit, out: out})
+	return out
 }

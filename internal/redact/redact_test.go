@@ -2,8 +2,10 @@ package redact
 
 import (
 	"strings"
+	"sync"
 	"testing"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 
@@ -346,4 +348,41 @@ func TestValue(t *testing.T) {
 	assert.Equal(t, Redacted, Value("model-sk-proj-AbCdEf1234567890", nil), "the rest of a value with a secret names nothing")
 	assert.Equal(t, Redacted, Value("resp_hunter2hunter2", []string{"hunter2hunter2"}))
 	assert.Equal(t, "resp_abc", Value("resp_abc", []string{"hunter2hunter2"}))
+}
+
+// A Memo answers as Text does, for each text in any order (the same again,
+// another, a secret, the same text cut to another length), from goroutines
+// at once; and the same text again is answered by what it remembered, not
+// scanned again.
+func TestMemo(t *testing.T) {
+	texts := []struct {
+		s     string
+		limit int
+	}{
+		{"503 service unavailable", 0},
+		{"503 service unavailable", 0},
+		{"401 invalid_api_key: Incorrect API key provided: sk-proj-AbCdEf1234567890", 0},
+		{"401 invalid_api_key: Incorrect API key provided: sk-proj-AbCdEf1234567890", 20},
+		{"401 invalid_api_key: Incorrect API key provided: sk-proj-AbCdEf1234567890", 20},
+		{"503 service unavailable", 12},
+		{"", 0},
+		{"Bearer eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJlMTIzNDU2", 0},
+		{"503 service unavailable", 0},
+	}
+	var m Memo
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				for _, tt := range texts {
+					assert.Equal(t, Text(tt.s, nil, tt.limit), m.Text(tt.s, tt.limit), "%q cut to %d", tt.s, tt.limit)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	in := "token=abcd1234efgh5678 was rejected"
+	first, again := m.Text(in, 0), m.Text(in, 0)
+	assert.NotEqual(t, in, first, "the secret is redacted")
+	assert.True(t, unsafe.StringData(first) == unsafe.StringData(again), "the same text scanned again")
 }
