@@ -59,12 +59,32 @@ type failures struct {
 	lastEnd time.Time
 }
 
-// failures returns the call's record of its errors, made at the first.
+// failures returns the call's record of its errors, taken at the first
+// from the records its layer's ended calls gave back (release).
 func (c *call[Req, Resp]) failures() *failures {
 	if c.fail == nil {
-		c.fail = new(failures)
+		if f, ok := c.l.fails.Get().(*failures); ok {
+			c.fail = f
+		} else {
+			c.fail = new(failures)
+		}
 	}
 	return c.fail
+}
+
+// release gives the call's record of its errors back to its layer, cleared
+// so that it holds none of the call's errors, once the call has ended and
+// nothing reads the record again: a layer's failing calls then share a few
+// records instead of making one each. Only a role that ends its call when
+// serve returns releases it, in a layer that drives all its policies
+// (recycles); a request's body, which ends the call later, keeps its
+// record.
+func (c *call[Req, Resp]) release() {
+	if f := c.fail; f != nil && c.l.recycles {
+		c.fail = nil
+		*f = failures{}
+		c.l.fails.Put(f)
+	}
 }
 
 // lastCls is the classification of the last error the call judged, the

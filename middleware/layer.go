@@ -141,6 +141,8 @@ type layer[Req, Resp any] struct {
 	ok            okAttrs                     // the attributes of a call that succeeds at its first attempt, made once
 	failed        failedMemo                  // the attributes of attempts that failed in the ways the layer fails, made once for each (attempt.go)
 	statuses      redact.Memo                 // the span status texts of its failures, redacted (statusText)
+	fails         sync.Pool                   // *failures its ended calls gave back (call.release)
+	recycles      bool                        // it drives every policy itself: nothing of a call runs once it ended, and its failures go back to fails
 }
 
 type tracerFor struct {
@@ -156,6 +158,14 @@ func newLayer[Req, Resp any](name string, cfg config, spec Spec[Resp], r role[Re
 		if p != nil {
 			l.ps = append(l.ps, recognize(p))
 		}
+	}
+	l.recycles = true
+	for _, p := range l.ps {
+		// A policy failsafe-go runs may run the call's attempts on
+		// goroutines of its own that outlive it (a hedge's): their record
+		// of the call's failures is theirs until the last of them ends, and
+		// is not given back.
+		l.recycles = l.recycles && p.driven()
 	}
 	for i, p := range l.ps {
 		if p.retry != nil && l.retryAt < 0 {

@@ -83,6 +83,7 @@ func (n *named[Req, Resp]) refusal(Req) error { return nil }
 func (n *named[Req, Resp]) end(ctx context.Context, c *call[Req, Resp], v ending[Resp]) {
 	c.frame.reportWorst()
 	c.finish(ctx, v)
+	c.release()
 }
 
 func (n *named[Req, Resp]) keep(Resp, context.CancelFunc) bool { return false }

@@ -349,3 +349,38 @@ func TestFailedAttemptAttributesHoldNoKnownSecret(t *testing.T) {
 		assert.Equal(t, "redacted", reason.AsString())
 	}
 }
+
+// A call's record of its failures, given back to its layer when the call
+// ends, holds nothing of that call for the next: the same error value
+// failing the next call is judged again, in that call's context. Here
+// context.Canceled is an inner cancellation (transient) while the caller's
+// context is live, and the caller's own end once the handler canceled it.
+func TestFailuresOfOneCallAreNotTheNexts(t *testing.T) {
+	rec, tp := recorder(t)
+	call := middleware.Layer[func(), string]("tool", spec(retry(2, 0, nil)), tp)(func(_ context.Context, cancel func()) (string, error) {
+		cancel()
+		return "", context.Canceled
+	})
+	for range 20 {
+		_, err := call(context.Background(), func() {})
+		require.Error(t, err)
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err = call(ctx, cancel)
+		require.ErrorIs(t, err, context.Canceled)
+	}
+	var classes []string
+	for _, s := range rec.Ended() {
+		if _, ok := attr(s, telemetry.Attempt); !ok {
+			continue
+		}
+		if c, ok := attr(s, telemetry.ErrorClass); ok {
+			classes = append(classes, c.AsString())
+		}
+	}
+	// Each pair: the first call's two attempts, transient; the second's
+	// one, canceled.
+	require.Len(t, classes, 20*3)
+	for i := 0; i < len(classes); i += 3 {
+		assert.Equal(t, []string{"transient", "transient", "canceled"}, classes[i:i+3], "pair %d", i/3)
+	}
+}
