@@ -98,14 +98,14 @@ func (c *call[Req, Resp]) attemptEnded(n int, delay time.Duration, err error, cl
 // beforehand: okAttrs' when it succeeded, failedAttrs' when it failed in
 // one of the ways the layer keeps them for.
 func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration, cls policies.Classification, err error) {
-	if ok := c.l.ok.attempts; delay <= 0 && n >= 1 && n <= len(ok) {
+	if ok := c.l.reuse.ok.attempts; delay <= 0 && n >= 1 && n <= len(ok) {
 		if err == nil {
 			span.SetAttributes(ok[n-1]...)
 			span.End()
 			return
 		}
 		if known := c.known(); len(known) == 0 {
-			if attrs := c.l.failed.of(n, len(ok), cls); attrs != nil {
+			if attrs := c.l.reuse.failed.of(n, len(ok), cls); attrs != nil {
 				span.SetAttributes(attrs...)
 				span.SetStatus(codes.Error, c.statusOf(known, err))
 				span.End()
@@ -114,7 +114,7 @@ func (c *call[Req, Resp]) endAttempt(span trace.Span, n int, delay time.Duration
 		}
 	}
 	buf := c.l.attrBuf()
-	defer c.l.attrs.Put(buf)
+	defer c.l.reuse.attrs.Put(buf)
 	attrs := attemptAttrs((*buf)[:0], n, delay)
 	if err != nil {
 		known := c.known()

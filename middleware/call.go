@@ -63,7 +63,7 @@ type failures struct {
 // from the records its layer's ended calls gave back (release).
 func (c *call[Req, Resp]) failures() *failures {
 	if c.fail == nil {
-		if f, ok := c.l.fails.Get().(*failures); ok {
+		if f, ok := c.l.reuse.fails.Get().(*failures); ok {
 			c.fail = f
 		} else {
 			c.fail = new(failures)
@@ -80,10 +80,10 @@ func (c *call[Req, Resp]) failures() *failures {
 // (recycles); a request's body, which ends the call later, keeps its
 // record.
 func (c *call[Req, Resp]) release() {
-	if f := c.fail; f != nil && c.l.recycles {
+	if f := c.fail; f != nil && c.l.reuse.recycles {
 		c.fail = nil
 		*f = failures{}
-		c.l.fails.Put(f)
+		c.l.reuse.fails.Put(f)
 	}
 }
 
@@ -300,13 +300,13 @@ func (l *layer[Req, Resp]) endSpan(c *call[Req, Resp], outcome string, attempts 
 	b := policies.TaskBudgetFrom(c.fctx.Context)
 	budgeted := b != nil
 	if err == nil && !budgeted {
-		if ok := l.ok.of(c.frame.depth, outcome, attempts, root, n); ok != nil {
+		if ok := l.reuse.ok.of(c.frame.depth, outcome, attempts, root, n); ok != nil {
 			c.span.SetAttributes(ok...)
 			return
 		}
 	}
 	buf := l.attrBuf()
-	defer l.attrs.Put(buf)
+	defer l.reuse.attrs.Put(buf)
 	left := -1
 	if budgeted {
 		left = b.Remaining()
@@ -402,7 +402,7 @@ type okAttrs struct {
 const okAttempts = 16
 
 func (l *layer[Req, Resp]) makeOK() {
-	o := &l.ok
+	o := &l.reuse.ok
 	o.rootWorst = -1 // frame.worst's unknown
 	if l.frameAttempts > 0 {
 		o.rootWorst = int64(l.frameAttempts)

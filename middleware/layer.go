@@ -137,12 +137,21 @@ type layer[Req, Resp any] struct {
 	meter         *instruments                // on the layer's provider, else the global one when the layer was built
 	inherited     atomic.Pointer[instruments] // on the provider of the enclosing layer, when it is another
 	state         *stateMeter                 // decisions made locally when a shared state failed
-	attrs         sync.Pool                   // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
-	ok            okAttrs                     // the attributes of a call that succeeds at its first attempt, made once
-	failed        failedMemo                  // the attributes of attempts that failed in the ways the layer fails, made once for each (attempt.go)
-	statuses      redact.Memo                 // the span status texts of its failures, redacted (statusText)
-	fails         sync.Pool                   // *failures its ended calls gave back (call.release)
-	recycles      bool                        // it drives every policy itself: nothing of a call runs once it ended, and its failures go back to fails
+	reuse         reuse                       // what its calls share of what they make, made once or given back
+}
+
+// reuse is what a layer's calls share of what each would otherwise make:
+// the attributes of their spans made once, the last status text redacted,
+// buffers and failure records given back by calls that ended.
+type reuse struct {
+	attrs    sync.Pool   // *[]attribute.KeyValue: a span's attributes while it ends (the SDK copies them)
+	ok       okAttrs     // the attributes of a call that succeeds at its first attempt, made once
+	failed   failedMemo  // the attributes of attempts that failed in the ways the layer fails, made once for each (attempt.go)
+	statuses redact.Memo // the span status texts of its failures, redacted (statusText)
+	fails    sync.Pool   // *failures its ended calls gave back (call.release)
+	// recycles: the layer drives every policy itself, so that nothing of a
+	// call runs once it ended, and its failures go back to fails.
+	recycles bool
 }
 
 type tracerFor struct {
@@ -159,13 +168,13 @@ func newLayer[Req, Resp any](name string, cfg config, spec Spec[Resp], r role[Re
 			l.ps = append(l.ps, recognize(p))
 		}
 	}
-	l.recycles = true
+	l.reuse.recycles = true
 	for _, p := range l.ps {
 		// A policy failsafe-go runs may run the call's attempts on
 		// goroutines of its own that outlive it (a hedge's): their record
 		// of the call's failures is theirs until the last of them ends, and
 		// is not given back.
-		l.recycles = l.recycles && p.driven()
+		l.reuse.recycles = l.reuse.recycles && p.driven()
 	}
 	for i, p := range l.ps {
 		if p.retry != nil && l.retryAt < 0 {
@@ -269,10 +278,10 @@ func (l *layer[Req, Resp]) metersOf(mp metric.MeterProvider) *instruments {
 }
 
 // attrBuf returns a buffer for a span's attributes, to give back with
-// l.attrs.Put once the span has them: the span copies what it is given, and
+// l.reuse.attrs.Put once the span has them: the span copies what it is given, and
 // a traced call then allocates no attribute slice of its own.
 func (l *layer[Req, Resp]) attrBuf() *[]attribute.KeyValue {
-	if b, ok := l.attrs.Get().(*[]attribute.KeyValue); ok {
+	if b, ok := l.reuse.attrs.Get().(*[]attribute.KeyValue); ok {
 		return b
 	}
 	b := make([]attribute.KeyValue, 0, 16)

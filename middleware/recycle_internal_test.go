@@ -21,8 +21,8 @@ func TestLayerRecyclesOnlyWhatItDrives(t *testing.T) {
 		return newLayer[string, string]("tool", cfg, Spec[string]{Policies: ps}, newNamed[string, string]("tool", cfg))
 	}
 	assert.True(t, named(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}),
-		policies.NewCircuitBreaker[string](policies.BreakerConfig{}), policies.NewBulkhead[string](4, 0)).recycles)
-	assert.True(t, named().recycles, "no policy")
+		policies.NewCircuitBreaker[string](policies.BreakerConfig{}), policies.NewBulkhead[string](4, 0)).reuse.recycles)
+	assert.True(t, named().reuse.recycles, "no policy")
 	assert.False(t, named(policies.NewRetry[string](policies.RetryConfig{MaxAttempts: 3}),
-		hedgepolicy.NewWithDelay[string](time.Millisecond)).recycles, "a hedge beside a retry")
+		hedgepolicy.NewWithDelay[string](time.Millisecond)).reuse.recycles, "a hedge beside a retry")
 }

@@ -95,7 +95,7 @@ func (m *statusMemo) of(by *redact.Memo, known []string, err error) string {
 
 // statusOf is the span status text of err, a failure of this call.
 func (c *call[Req, Resp]) statusOf(known []string, err error) string {
-	return c.failures().status.of(&c.l.statuses, known, err)
+	return c.failures().status.of(&c.l.reuse.statuses, known, err)
 }
 
 // circuitState is the retrace.circuit.state value of a breaker state.
