@@ -80,9 +80,9 @@ type wordedFrom struct {
 }
 
 // bracketed reports whether the diagnosis names the class and the rule
-// that decided: a stop on the error's class, but an unknown one, that no
-// layer beneath stopped on already (the innermost layer says why; the
-// layers above repeat its words).
+// that decided: a stop on the error's class (no rule decided an unknown
+// one) that no layer beneath stopped on already (the innermost layer says
+// why; the layers above repeat its words).
 func (e *Error) bracketed() bool {
 	if stopWords(e.Outcome) == "" || e.Outcome == telemetry.OutcomeFailedUnknown {
 		return false
